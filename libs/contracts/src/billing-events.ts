@@ -1,0 +1,26 @@
+import { z } from 'zod';
+import { AnnotatorId, Money } from './ids';
+import { defineEvent } from './envelope';
+
+export const BillingFailureReason = z.enum(['INSUFFICIENT_BUDGET', 'PROJECT_NOT_FOUND', 'INJECTED_FAILURE']);
+export type BillingFailureReason = z.infer<typeof BillingFailureReason>;
+
+export const BillingCompleted = defineEvent('BillingCompleted', 1, z.object({ annotatorId: AnnotatorId, amount: Money }));
+export const BillingFailed = defineEvent('BillingFailed', 1, z.object({
+  annotatorId: AnnotatorId,
+  reason: BillingFailureReason,
+  detail: z.string().max(2000),
+}));
+
+/** A billed attempt was undone: the debit returned to the budget and the payout reversed. */
+export const BillingRefunded = defineEvent('BillingRefunded', 1, z.object({
+  annotatorId: AnnotatorId,
+  amount: Money,
+  reason: z.enum(['TASK_CANCELLED', 'ATTEMPT_SUPERSEDED']),
+}));
+
+export const BillingEvent = z.discriminatedUnion('type', [BillingCompleted, BillingFailed, BillingRefunded]);
+export type BillingCompleted = z.infer<typeof BillingCompleted>;
+export type BillingFailed = z.infer<typeof BillingFailed>;
+export type BillingRefunded = z.infer<typeof BillingRefunded>;
+export type BillingEvent = z.infer<typeof BillingEvent>;

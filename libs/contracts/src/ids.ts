@@ -1,0 +1,39 @@
+import { z } from 'zod';
+
+// Branded ids: a TaskId can never be passed where a ProjectId is expected, and every id that
+// crosses a boundary (URL, body, Kafka message) is parsed once, here.
+/**
+ * Task and event ids are 64-bit, time-ordered Snowflake ids (see @labelflow/idgen), carried as
+ * decimal strings: JSON numbers cannot hold 64 bits, and strings sort and compare as ids should.
+ */
+const snowflake = z
+  .string()
+  .regex(/^[1-9][0-9]{0,18}$/, 'must be a 64-bit id in decimal')
+  // zod runs refinements even after the regex failed, so this must not throw on any string:
+  // equal-length decimal strings compare like the numbers they spell.
+  .refine((v) => v.length < 19 || (v.length === 19 && v <= '9223372036854775807'), 'must be a 64-bit id in decimal');
+const uuid = z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID');
+const actor = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._@-]*$/, 'must be 1-128 characters of letters, digits, . _ @ -');
+
+export const TaskId = snowflake.brand<'TaskId'>();
+export type TaskId = z.infer<typeof TaskId>;
+export const ProjectId = uuid.brand<'ProjectId'>();
+export type ProjectId = z.infer<typeof ProjectId>;
+export const EventId = snowflake.brand<'EventId'>();
+export type EventId = z.infer<typeof EventId>;
+export const AnnotatorId = actor.brand<'AnnotatorId'>();
+export type AnnotatorId = z.infer<typeof AnnotatorId>;
+export const ReviewerId = actor.brand<'ReviewerId'>();
+export type ReviewerId = z.infer<typeof ReviewerId>;
+
+/** The task's attempt (revision): 1 for the first assignment, +1 on every reassignment. */
+export const Attempt = z.number().int().min(1).max(1_000_000);
+export type Attempt = z.infer<typeof Attempt>;
+
+/** Money is always integer minor units (cents): floats drift and break hashing and sums. */
+export const Money = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+export type Money = z.infer<typeof Money>;
