@@ -1,0 +1,70 @@
+import { z } from 'zod';
+import { DedupConfigShape, dedupConfigRefinement, dedupConfigRefinementMessage } from '@labelflow/dedup';
+import { ServiceKitError, ServiceKitErrors } from './errors';
+
+const csv = z
+  .string()
+  .min(1)
+  .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean))
+  .pipe(z.array(z.string().regex(/^[^:\s]+:\d{1,5}$/, 'must be host:port')).min(1));
+
+const url = (protocols: readonly string[]) =>
+  z.string().refine((s) => {
+    try {
+      return protocols.includes(new URL(s).protocol);
+    } catch {
+      return false;
+    }
+  }, `must be a ${protocols.join(' or ')}// URL`);
+
+/** Settings every service shares; services extend it with their own. */
+export const BaseConfig = z.object({
+  PORT: z.coerce.number().int().min(0).max(65535),
+  HOST: z.string().default('0.0.0.0'),
+  KAFKA_BROKERS: csv,
+  KAFKA_TOPIC_PREFIX: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/).default('labelflow'),
+  KAFKA_TOPIC_PARTITIONS: z.coerce.number().int().min(1).max(1000).default(6),
+  DATABASE_URL: url(['postgres:', 'postgresql:']),
+  REDIS_URL: url(['redis:', 'rediss:']),
+  /** How long a silent consumer keeps its partitions; a crashed instance's are reassigned after it. */
+  KAFKA_SESSION_TIMEOUT_MS: z.coerce.number().int().min(6_000).max(300_000).default(30_000),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  OUTBOX_POLL_MS: z.coerce.number().int().min(10).max(60_000).default(500),
+  OUTBOX_BATCH_SIZE: z.coerce.number().int().min(1).max(10_000).default(500),
+  ...DedupConfigShape,
+  /** Consumer retry policy: backoff between attempts, and failures before a message is dead-lettered. */
+  CONSUMER_RETRY_INITIAL_MS: z.coerce.number().int().min(1).max(60_000).default(100),
+  CONSUMER_RETRY_MAX_MS: z.coerce.number().int().min(1).max(600_000).default(5_000),
+  CONSUMER_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(5),
+  /** How long an Idempotency-Key's stored response is replayed (the published expiry, default 24 h). */
+  IDEMPOTENCY_TTL_MS: z.coerce.number().int().min(1_000).max(30 * 24 * 3600_000).default(24 * 3600_000),
+  /** How often durable deadlines (assignment leases, review SLAs) are checked. */
+  SWEEP_INTERVAL_MS: z.coerce.number().int().min(10).max(3_600_000).default(1_000),
+  /** Fault injection for crash tests; never set in production. */
+  FAULT_KILL_BEFORE_PUBLISH: z.enum(['0', '1']).default('0').transform((v) => v === '1'),
+  /** Fault injection for crash tests: SIGKILL after a POST committed, before its reply is sent. */
+  FAULT_KILL_BEFORE_REPLY: z.enum(['0', '1']).default('0').transform((v) => v === '1'),
+});
+export type BaseConfig = z.infer<typeof BaseConfig>;
+
+/** Cross-field rules every service's config must also pass (zod refinements do not survive .extend). */
+export const checkBaseConfig = <C extends BaseConfig>(config: C): string[] => [
+  ...(dedupConfigRefinement(config) ? [] : [`${dedupConfigRefinementMessage.path.join('.')}: ${dedupConfigRefinementMessage.message}`]),
+  ...(config.CONSUMER_RETRY_MAX_MS >= config.CONSUMER_RETRY_INITIAL_MS ? [] : ['CONSUMER_RETRY_MAX_MS: must be at least CONSUMER_RETRY_INITIAL_MS']),
+];
+
+/**
+ * Parses the environment once at startup. A bad value stops the service with every problem listed
+ * (variable name and reason), never a stack trace from deep inside a client.
+ */
+export function loadConfig<S extends z.ZodType<BaseConfig>>(schema: S, env: Record<string, string | undefined>): z.infer<S> {
+  // An empty variable (`PORT=`) means "not set": it takes the default instead of coercing to 0.
+  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const parsed = schema.safeParse(present);
+  const invalid = (problems: readonly string[]) =>
+    new ServiceKitError(ServiceKitErrors.CONFIG_INVALID, `invalid configuration:\n  ${problems.join('\n  ')}`, { details: problems });
+  if (!parsed.success) throw invalid(parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`));
+  const problems = checkBaseConfig(parsed.data);
+  if (problems.length > 0) throw invalid(problems);
+  return parsed.data;
+}

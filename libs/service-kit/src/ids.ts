@@ -1,0 +1,68 @@
+import { createSnowflake, createWorkerLease, type Snowflake, type WorkerLease } from '@labelflow/idgen';
+import type { ServiceName } from '@labelflow/contracts';
+import type { Logger } from '@labelflow/telemetry';
+import type { Pool } from './db';
+import { ServiceKitError, ServiceKitErrors } from './errors';
+
+/** Each service owns a quarter of the 1024 Snowflake worker ids, so ids never collide across services. */
+const WORKERS_PER_SERVICE = 256;
+const serviceSlot: Readonly<Record<ServiceName, number>> = { 'task-svc': 0, 'label-svc': 1, 'qa-svc': 2, 'billing-svc': 3 };
+
+export interface IdSource {
+  /** A new 64-bit time-ordered id (decimal string), unique across every live process. */
+  next(): Promise<string>;
+  readonly workerId: () => number;
+  close(): Promise<void>;
+}
+
+/**
+ * Snowflake ids from a worker id leased in the service's database: no two live processes share
+ * one. When the lease is lost (this process stalled past its TTL and another took the id), ids
+ * stop at once and a new worker id is leased; until then callers get a retriable error.
+ */
+export async function createIdSource({ pool, service, logger }: { pool: Pool; service: ServiceName; logger: Logger }): Promise<IdSource> {
+  let lease: WorkerLease;
+  let flake: Snowflake;
+  let relaunch: Promise<void> | undefined;
+  let closed = false;
+
+  const acquire = async (): Promise<void> => {
+    const next = createWorkerLease({
+      pool,
+      namespace: service,
+      maxWorkers: WORKERS_PER_SERVICE,
+      owner: service,
+      onLost: ({ workerId }) => {
+        logger.error({ workerId }, 'id worker lease lost; leasing a new worker id');
+        relaunch ??= acquire().finally(() => (relaunch = undefined));
+      },
+      onRenewError: (error) => logger.warn({ err: error }, 'id worker lease renewal failed'),
+    });
+    const slot = await next.acquire();
+    lease = next;
+    flake = createSnowflake({
+      workerId: serviceSlot[service] * WORKERS_PER_SERVICE + slot,
+      isValid: () => next.valid,
+      onClockBackward: (ms) => logger.warn({ ms }, 'clock moved backwards; waiting it out'),
+    });
+  };
+  await acquire();
+
+  return {
+    async next() {
+      if (closed) throw new ServiceKitError(ServiceKitErrors.DATABASE_UNAVAILABLE, 'the id source is closed', { retriable: true });
+      try {
+        return await flake.next();
+      } catch (error) {
+        // A lost or unconfirmed lease is a passing condition (the database, a pause); the caller retries.
+        throw new ServiceKitError(ServiceKitErrors.ID_UNAVAILABLE, `no id can be issued now: ${(error as Error).message}`, { cause: error, retriable: true });
+      }
+    },
+    workerId: () => flake.workerId,
+    async close() {
+      closed = true;
+      await relaunch?.catch(() => undefined);
+      await lease.release();
+    },
+  };
+}

@@ -1,0 +1,71 @@
+import type { Logger, Metrics } from '@labelflow/telemetry';
+import { withTransaction, type Pool, type PoolClient } from './db';
+import type { Emit, EventDraft } from './events';
+import type { Lifecycle } from './lifecycle';
+
+/**
+ * A durable deadline: rows in the service's own database that become due (an assignment lease, a
+ * review SLA). Due rows are claimed with FOR UPDATE SKIP LOCKED and fired in the same transaction
+ * as the state change and the outbox rows, so a deadline fires exactly once across any number of
+ * instances and survives restarts (it is just a row until it fires).
+ */
+export interface Sweeper {
+  readonly name: string;
+  /** Locks and returns up to `limit` due keys (SELECT ... FOR UPDATE SKIP LOCKED). */
+  claimDue(tx: PoolClient, limit: number, now: Date): Promise<readonly string[]>;
+  /** Fires one due key: changes its state and returns the events to emit (none if no longer due). */
+  fire(tx: PoolClient, key: string, now: Date): Promise<readonly EventDraft[]>;
+}
+
+export interface SweeperDeps {
+  readonly pool: Pool;
+  readonly emit: Emit;
+  readonly logger: Logger;
+  readonly metrics?: Metrics;
+  readonly now: () => Date;
+  readonly everyMs: number;
+  readonly batchSize?: number;
+}
+
+/** Sweeps once: fires everything due now, batch by batch. Returns how many keys fired. */
+export async function sweepOnce(sweeper: Sweeper, deps: SweeperDeps): Promise<number> {
+  const batchSize = deps.batchSize ?? 100;
+  let total = 0;
+  for (;;) {
+    const fired = await withTransaction(deps.pool, async (tx) => {
+      const now = deps.now();
+      const keys = await sweeper.claimDue(tx, batchSize, now);
+      for (const key of keys) await deps.emit(tx, await sweeper.fire(tx, key, now), `deadline:${sweeper.name}:${key}`);
+      return keys.length;
+    });
+    total += fired;
+    if (fired < batchSize) return total;
+  }
+}
+
+/** Runs `sweepOnce` every `everyMs` until the lifecycle closes; failures are logged and retried. */
+export function startSweeper(sweeper: Sweeper, deps: SweeperDeps, lifecycle: Lifecycle): void {
+  const fired = deps.metrics?.counter('deadlines_fired_total', 'Durable deadlines fired', ['sweeper']);
+  let running = true;
+  let timer: NodeJS.Timeout | undefined;
+  let current: Promise<void> = Promise.resolve();
+  const tick = () => {
+    current = sweepOnce(sweeper, deps)
+      .then((n) => {
+        if (n > 0) {
+          fired?.inc({ sweeper: sweeper.name }, n);
+          deps.logger.info({ sweeper: sweeper.name, fired: n }, 'deadlines fired');
+        }
+      })
+      .catch((error: Error) => deps.logger.warn({ err: error, sweeper: sweeper.name }, 'deadline sweep failed; retrying'))
+      .finally(() => {
+        if (running) timer = setTimeout(tick, deps.everyMs);
+      });
+  };
+  tick();
+  lifecycle.onClose(`sweeper:${sweeper.name}`, async () => {
+    running = false;
+    clearTimeout(timer);
+    await current;
+  });
+}
