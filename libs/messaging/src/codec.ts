@@ -1,0 +1,56 @@
+import type { z } from 'zod';
+import { MessagingErrors } from './errors';
+
+export interface RawMessage {
+  readonly topic: string;
+  readonly partition: number;
+  readonly offset: string;
+  readonly key: Buffer | null;
+  readonly value: Buffer | null;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+export type Decoded<E> =
+  | { readonly ok: true; readonly event: E }
+  | { readonly ok: false; readonly reason: { readonly code: string; readonly message: string } };
+
+/** `topic/partition@offset`: where a message can be found again. */
+export const coordinates = (m: Pick<RawMessage, 'topic' | 'partition' | 'offset'>): string => `${m.topic}/${m.partition}@${m.offset}`;
+
+/**
+ * Parses and validates a message against its topic's union. Never throws: garbage is a result the
+ * consumer routes to the dead-letter topic, not a crash.
+ */
+export function decodeMessage<S extends z.ZodType>(schema: S, message: RawMessage): Decoded<z.infer<S>> {
+  if (!message.value || message.value.length === 0) {
+    return { ok: false, reason: { code: MessagingErrors.DECODE_FAILED, message: 'empty message value' } };
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(message.value.toString('utf8'));
+  } catch (error) {
+    return { ok: false, reason: { code: MessagingErrors.DECODE_FAILED, message: `value is not JSON: ${(error as Error).message}` } };
+  }
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.slice(0, 5).map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`);
+    return { ok: false, reason: { code: MessagingErrors.SCHEMA_INVALID, message: `schema validation failed: ${problems.join('; ')}` } };
+  }
+  const key = message.key?.toString('utf8');
+  const taskId = (parsed.data as { taskId?: string }).taskId;
+  if (key !== undefined && taskId !== undefined && key !== taskId) {
+    return { ok: false, reason: { code: MessagingErrors.SCHEMA_INVALID, message: `message key ${key} does not match taskId ${taskId}` } };
+  }
+  return { ok: true, event: parsed.data };
+}
+
+/** Kafka headers arrive as Buffers (or arrays of them); handlers see plain strings. */
+export function headersToStrings(headers: Record<string, Buffer | string | (Buffer | string)[] | undefined> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(headers ?? {})) {
+    if (v === undefined) continue;
+    const first = Array.isArray(v) ? v[0] : v;
+    if (first !== undefined) out[k] = first.toString();
+  }
+  return out;
+}

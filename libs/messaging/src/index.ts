@@ -1,0 +1,4 @@
+export * from './errors';
+export * from './kafka';
+export * from './codec';
+export * from './consumer';

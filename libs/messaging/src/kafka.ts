@@ -1,0 +1,88 @@
+import { Kafka, logLevel, Partitioners, type Admin, type ITopicConfig, type LogEntry } from 'kafkajs';
+import type { Logger } from '@labelflow/telemetry';
+
+export type { Kafka } from 'kafkajs';
+
+const levels: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
+  [logLevel.ERROR]: 'error',
+  [logLevel.WARN]: 'warn',
+  [logLevel.INFO]: 'info',
+  [logLevel.DEBUG]: 'debug',
+};
+
+export interface KafkaDeps {
+  readonly brokers: readonly string[];
+  readonly clientId: string;
+  readonly logger: Logger;
+}
+
+/** A kafkajs client whose logs go through the service's logger instead of the console. */
+export function createKafka({ brokers, clientId, logger }: KafkaDeps): Kafka {
+  const log = logger.child({ component: 'kafkajs' });
+  return new Kafka({
+    clientId,
+    brokers: [...brokers],
+    connectionTimeout: 3_000,
+    requestTimeout: 30_000,
+    retry: { initialRetryTime: 200, retries: 8, maxRetryTime: 5_000 },
+    logLevel: logLevel.WARN,
+    logCreator: () => (entry: LogEntry) => {
+      const { message, ...extra } = entry.log;
+      log[levels[entry.level] ?? 'info']({ ...extra, namespace: entry.namespace }, message);
+    },
+  });
+}
+
+/** Creates missing topics; existing ones are left as they are. */
+export async function ensureTopics(kafka: Kafka, topics: readonly string[], numPartitions: number): Promise<void> {
+  const admin: Admin = kafka.admin();
+  await admin.connect();
+  try {
+    const existing = new Set(await admin.listTopics());
+    const missing: ITopicConfig[] = topics.filter((t) => !existing.has(t)).map((topic) => ({ topic, numPartitions, replicationFactor: 1 }));
+    if (missing.length > 0) await admin.createTopics({ topics: missing, waitForLeaders: true });
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+/** Answers when a broker serves metadata requests; used by readiness probes. */
+export async function pingKafka(admin: Admin): Promise<void> {
+  await admin.describeCluster();
+}
+
+export interface OutgoingMessage {
+  readonly topic: string;
+  readonly key: string;
+  readonly value: string;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** Structurally an outbox `Publisher`, without messaging depending on the outbox lib. */
+export interface KafkaPublisher {
+  send(messages: readonly OutgoingMessage[]): Promise<void>;
+  connect(): Promise<void>;
+  disconnect(): Promise<void>;
+}
+
+/**
+ * An idempotent producer (acks=all, one request in flight): broker-side retries never duplicate or
+ * reorder a partition's messages. Duplicates from a relay crash are the consumers' dedup's job.
+ */
+export function createPublisher(kafka: Kafka): KafkaPublisher {
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
+  return {
+    connect: () => producer.connect(),
+    disconnect: () => producer.disconnect(),
+    async send(messages: readonly OutgoingMessage[]) {
+      if (messages.length === 0) return;
+      const byTopic = new Map<string, { key: string; value: string; headers: Record<string, string> }[]>();
+      for (const m of messages) {
+        const list = byTopic.get(m.topic) ?? [];
+        list.push({ key: m.key, value: m.value, headers: { ...m.headers } });
+        byTopic.set(m.topic, list);
+      }
+      await producer.sendBatch({ acks: -1, topicMessages: [...byTopic].map(([topic, msgs]) => ({ topic, messages: msgs })) });
+    },
+  };
+}
