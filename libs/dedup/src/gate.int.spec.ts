@@ -1,0 +1,159 @@
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { createLogger, createMetrics, type Metrics } from '@labelflow/telemetry';
+import { createTestDatabase, eventually, startPrivateRedis, uniqueName, type PrivateServer, createTestPool } from '@labelflow/testing';
+import { BreakerState, createDedupGate, inboxMigrationSql, inboxReader, recordInInbox, type DedupKey } from './index';
+
+const infra = inject('infra');
+const logger = createLogger({ service: 'dedup-test', level: 'silent' });
+
+describe('the dedup gate on a real Redis that fails', () => {
+  let redisServer: PrivateServer;
+  let pool: pg.Pool;
+  let dropDb: () => Promise<void>;
+  const clients: Redis[] = [];
+
+  beforeAll(async () => {
+    redisServer = await startPrivateRedis();
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('gate'));
+    dropDb = db.drop;
+    pool = createTestPool(db.url);
+    await pool.query(inboxMigrationSql);
+  });
+  afterAll(async () => {
+    clients.forEach((c) => c.disconnect());
+    await pool?.end();
+    await dropDb?.();
+    await redisServer?.destroy();
+  });
+
+  const connect = async () => {
+    const redis = new Redis(redisServer.url, { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => 50 });
+    redis.on('error', () => undefined);
+    clients.push(redis);
+    await redis.connect();
+    return redis;
+  };
+  const newGate = async (over: { capacity?: number; errorRate?: number; metrics?: Metrics } = {}) => {
+    const redis = await connect();
+    const gate = createDedupGate({
+      redis,
+      inbox: inboxReader(pool),
+      namespace: uniqueName('ns'),
+      owner: uniqueName('owner'),
+      leaseMs: 5_000,
+      doneTtlMs: 60_000,
+      redisTimeoutMs: 200,
+      breaker: { failureThreshold: 2, openMs: 300 },
+      bloom: { capacity: over.capacity ?? 10_000, errorRate: over.errorRate ?? 0.01 },
+      warmWindowMs: 3600_000,
+      logger,
+      ...(over.metrics ? { metrics: over.metrics } : {}),
+    });
+    return { gate, redis };
+  };
+  const key = (attempt = 1): DedupKey => ({ taskId: crypto.randomUUID(), eventType: 'LabelSubmitted', attempt });
+  const commit = async (k: DedupKey) => recordInInbox(pool, { ...k, eventId: crypto.randomUUID(), source: 'test' });
+
+  it('claims a whole batch in one call and answers done for what committed', async () => {
+    const { gate } = await newGate();
+    const keys = [key(), key(), key()];
+    expect(await gate.check(keys)).toEqual([{ kind: 'proceed' }, { kind: 'proceed' }, { kind: 'proceed' }]);
+    await gate.committed([keys[0]!]);
+    await gate.released([keys[2]!]);
+    // keys[1] is still leased by this same owner, which may re-claim it (its own retry).
+    expect(await gate.check(keys)).toEqual([{ kind: 'duplicate', tier: 'redis' }, { kind: 'proceed' }, { kind: 'proceed' }]);
+  });
+
+  it('answers busy while another consumer holds a live lease, and proceeds once it is released', async () => {
+    const redis = await connect();
+    const namespace = uniqueName('shared');
+    const make = (owner: string) =>
+      createDedupGate({
+        redis, inbox: inboxReader(pool), namespace, owner, leaseMs: 5_000, doneTtlMs: 60_000, redisTimeoutMs: 200,
+        breaker: { failureThreshold: 2, openMs: 300 }, bloom: { capacity: 1_000, errorRate: 0.01 }, warmWindowMs: 0, logger,
+      });
+    const [a, b] = [make('instance-a'), make('instance-b')];
+    const k = key();
+    expect(await a.check([k])).toEqual([{ kind: 'proceed' }]);
+    expect(await b.check([k])).toEqual([{ kind: 'busy' }]);
+    await a.released([k]);
+    expect(await b.check([k])).toEqual([{ kind: 'proceed' }]);
+    await b.committed([k]);
+    expect(await a.check([k])).toEqual([{ kind: 'duplicate', tier: 'redis' }]);
+  });
+
+  it('reloads its Lua script after Redis forgets it (NOSCRIPT) and keeps answering', async () => {
+    const metrics = createMetrics({ service: 'dedup-test', defaults: false });
+    const { gate, redis } = await newGate({ metrics });
+    await gate.check([key()]);
+    await redis.script('FLUSH');
+    expect(await gate.check([key()])).toEqual([{ kind: 'proceed' }]);
+    expect(await metrics.render()).toMatch(/dedup_script_loads_total\{script="claim",service="dedup-test"\} 2/);
+  });
+
+  it('opens the breaker when Redis stops, falls back to Bloom + inbox without dropping new events, and closes when Redis is back', async () => {
+    const metrics = createMetrics({ service: 'dedup-test', defaults: false });
+    const { gate } = await newGate({ metrics });
+    const seen = key();
+    expect(await gate.check([seen])).toEqual([{ kind: 'proceed' }]);
+    await commit(seen);
+    await gate.committed([seen]);
+
+    await redisServer.stop({ crash: true });
+    const fresh = [key(), key(), key()];
+    // The first failures open the breaker; from then on the Bloom filter and the inbox answer.
+    await gate.check([key()]);
+    await gate.check([key()]);
+    expect(gate.breakerState()).toBe(BreakerState.open);
+    expect(await gate.check([seen, ...fresh])).toEqual([{ kind: 'duplicate', tier: 'postgres' }, { kind: 'proceed' }, { kind: 'proceed' }, { kind: 'proceed' }]);
+
+    await redisServer.start();
+    // No traffic: the background probe alone must notice that Redis is back.
+    await eventually(() => expect(gate.breakerState()).toBe(BreakerState.closed), { timeoutMs: 15_000, intervalMs: 100 });
+    gate.close();
+    const rendered = await metrics.render();
+    expect(rendered).toMatch(/dedup_breaker_transitions_total\{to="open",service="dedup-test"\} [1-9]/);
+    expect(rendered).toMatch(/dedup_breaker_transitions_total\{to="closed",service="dedup-test"\} [1-9]/);
+    expect(rendered).toMatch(/dedup_bloom_decisions_total\{decision="maybe_confirmed_duplicate",service="dedup-test"\} 1/);
+  });
+
+  it('opens the breaker on consecutive failures even when empty calls come between them, as after every batch', async () => {
+    const { gate } = await newGate();
+    await redisServer.stop({ crash: true });
+    try {
+      await gate.check([key()]);
+      await gate.committed([]);
+      await gate.released([]);
+      await gate.check([key()]);
+      expect(gate.breakerState()).toBe(BreakerState.open);
+    } finally {
+      await redisServer.start();
+      gate.close();
+    }
+  });
+
+  it('never drops a new event on a tiny Bloom filter that answers maybe for almost everything', async () => {
+    const metrics = createMetrics({ service: 'dedup-test', defaults: false });
+    const { gate } = await newGate({ capacity: 10, errorRate: 0.5, metrics });
+    const committed = Array.from({ length: 200 }, () => key());
+    for (const k of committed) await commit(k);
+    await gate.committed(committed);
+    await redisServer.stop({ crash: true });
+    try {
+      await gate.check([key()]);
+      await gate.check([key()]);
+      expect(gate.breakerState()).toBe(BreakerState.open);
+      const fresh = Array.from({ length: 300 }, () => key());
+      const verdicts = await gate.check([...fresh, ...committed.slice(-10)]);
+      expect(verdicts.slice(0, 300).every((v) => v.kind === 'proceed')).toBe(true);
+      expect(verdicts.slice(300).every((v) => v.kind === 'duplicate')).toBe(true);
+      gate.close();
+      const falsePositives = Number((await metrics.render()).match(/dedup_bloom_decisions_total\{decision="maybe_false_positive",service="dedup-test"\} (\d+)/)?.[1] ?? 0);
+      expect(falsePositives).toBeGreaterThan(30);
+    } finally {
+      await redisServer.start();
+    }
+  });
+});

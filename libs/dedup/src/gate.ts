@@ -1,0 +1,171 @@
+import type { Redis } from 'ioredis';
+import type { Logger, Metrics } from '@labelflow/telemetry';
+import { RecentKeys } from './bloom';
+import { BreakerState, CircuitBreaker } from './breaker';
+import { findInInbox, type InboxReader } from './inbox';
+import { formatKey, type DedupKey } from './key';
+import { createRedisTier, RedisVerdict } from './redis-tier';
+
+/** What a consumer should do with one message before touching its database. */
+export type Verdict =
+  | { readonly kind: 'duplicate'; readonly tier: 'redis' | 'postgres' }
+  | { readonly kind: 'proceed' }
+  | { readonly kind: 'busy' };
+
+export interface DedupGate {
+  /** One round trip for a whole batch (Redis), or Bloom + one inbox query when Redis is out. */
+  check(keys: readonly DedupKey[]): Promise<Verdict[]>;
+  /** After the keys' transactions committed (or PostgreSQL proved them duplicates). */
+  committed(keys: readonly DedupKey[]): Promise<void>;
+  /** The effect did not commit: free the lease at once rather than letting it expire. */
+  released(keys: readonly DedupKey[]): Promise<void>;
+  /** Fills the Bloom filter from recent inbox rows, so a restart does not start blind. */
+  warm(): Promise<number>;
+  readonly breakerState: () => BreakerState;
+  /** Stops the background probe. */
+  close(): void;
+}
+
+export interface DedupGateOptions {
+  readonly redis: Redis;
+  /** Reads the service's inbox: the authority a Bloom "maybe" is confirmed against. */
+  readonly inbox: InboxReader;
+  /** Per-service key namespace, e.g. `lf:dedup:labelflow:qa-svc`. */
+  readonly namespace: string;
+  readonly owner: string;
+  readonly leaseMs: number;
+  readonly doneTtlMs: number;
+  readonly redisTimeoutMs: number;
+  readonly breaker: { readonly failureThreshold: number; readonly openMs: number };
+  readonly bloom: { readonly capacity: number; readonly errorRate: number };
+  /** How far back `warm` reads the inbox. */
+  readonly warmWindowMs: number;
+  readonly logger: Logger;
+  readonly metrics?: Metrics;
+  /** The breaker's clock (epoch ms); tests inject one. */
+  readonly now?: () => number;
+}
+
+/**
+ * The three tiers in front of a consumer's transaction. Redis answers first; when it errors or is
+ * slow the breaker opens and the Bloom filter of recently committed keys decides, with every
+ * "maybe" confirmed against the PostgreSQL inbox. Whatever this says, the inbox insert inside the
+ * transaction remains the guarantee: the gate only saves work, it never drops a new event.
+ */
+export function createDedupGate(options: DedupGateOptions): DedupGate {
+  const { redis, inbox, namespace, logger, metrics } = options;
+  const log = logger.child({ component: 'dedup' });
+  const bloomDecisions = metrics?.counter('dedup_bloom_decisions_total', 'Bloom fallback decisions', ['decision']);
+  const tierChecks = metrics?.counter('dedup_checks_total', 'Keys checked, by the tier that answered', ['tier']);
+  const redisErrors = metrics?.counter('dedup_redis_errors_total', 'Redis tier failures (errors and timeouts)', ['op']);
+  const breakerGauge = metrics?.gauge('dedup_breaker_open', 'Redis breaker: 0 closed, 0.5 half-open, 1 open');
+  const transitions = metrics?.counter('dedup_breaker_transitions_total', 'Redis breaker transitions', ['to']);
+  const scriptLoads = metrics?.counter('dedup_script_loads_total', 'Lua scripts loaded into Redis (first use or NOSCRIPT)', ['script']);
+  breakerGauge?.set(0);
+
+  let probeTimer: NodeJS.Timeout | undefined;
+  let closed = false;
+  const breaker = new CircuitBreaker({
+    ...options.breaker,
+    ...(options.now ? { now: options.now } : {}),
+    onTransition: (from, to) => {
+      transitions?.inc({ to });
+      breakerGauge?.set(to === BreakerState.open ? 1 : to === BreakerState.halfOpen ? 0.5 : 0);
+      log.warn({ from, to }, `redis dedup breaker ${to}`);
+      if (to === BreakerState.open) scheduleProbe();
+    },
+  });
+  // While open, Redis is pinged in the background once per open period, so the breaker closes as
+  // soon as Redis answers again, whether or not messages are flowing. The probe re-arms itself until
+  // the breaker is closed: the timer runs on another clock than the breaker's and may fire a little
+  // before the open period is over, when the breaker still refuses the call.
+  function scheduleProbe(): void {
+    if (closed) return;
+    clearTimeout(probeTimer);
+    probeTimer = setTimeout(() => {
+      void viaRedis('probe', () => tier.ping()).then(() => {
+        if (breaker.current !== BreakerState.closed) scheduleProbe();
+      });
+    }, options.breaker.openMs);
+    probeTimer.unref();
+  }
+  const recent = new RecentKeys(options.bloom);
+  const tier = createRedisTier({
+    redis,
+    owner: options.owner,
+    leaseMs: options.leaseMs,
+    doneTtlMs: options.doneTtlMs,
+    timeoutMs: options.redisTimeoutMs,
+    onScriptLoad: (script) => scriptLoads?.inc({ script }),
+  });
+  const redisKey = (k: DedupKey) => `${namespace}:${formatKey(k)}`;
+
+  async function viaRedis<T>(op: string, work: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false }> {
+    if (!breaker.allow()) return { ok: false };
+    try {
+      const value = await work();
+      breaker.success();
+      return { ok: true, value };
+    } catch (error) {
+      breaker.failure();
+      redisErrors?.inc({ op });
+      log.debug({ err: error, op }, 'redis dedup call failed');
+      return { ok: false };
+    }
+  }
+
+  async function viaBloom(keys: readonly DedupKey[]): Promise<Verdict[]> {
+    tierChecks?.inc({ tier: 'bloom' }, keys.length);
+    const maybe = keys.filter((k) => recent.mightContain(formatKey(k)));
+    const seen = maybe.length > 0 ? await findInInbox(inbox, maybe) : new Set<string>();
+    return keys.map((k) => {
+      const id = formatKey(k);
+      if (!recent.mightContain(id)) {
+        bloomDecisions?.inc({ decision: 'definitely_new' });
+        return { kind: 'proceed' };
+      }
+      if (seen.has(id)) {
+        bloomDecisions?.inc({ decision: 'maybe_confirmed_duplicate' });
+        return { kind: 'duplicate', tier: 'postgres' };
+      }
+      // A false positive: the filter said maybe, the inbox says no. The event is processed.
+      bloomDecisions?.inc({ decision: 'maybe_false_positive' });
+      return { kind: 'proceed' };
+    });
+  }
+
+  return {
+    async check(keys) {
+      if (keys.length === 0) return [];
+      const answer = await viaRedis('claim', () => tier.claim(keys.map(redisKey)));
+      if (!answer.ok) return viaBloom(keys);
+      tierChecks?.inc({ tier: 'redis' }, keys.length);
+      return answer.value.map((code): Verdict => {
+        if (code === RedisVerdict.done) return { kind: 'duplicate', tier: 'redis' };
+        if (code === RedisVerdict.busy) return { kind: 'busy' };
+        return { kind: 'proceed' };
+      });
+    },
+    // A call with no keys never reaches Redis, so it must not count as a success for the breaker:
+    // the empty release after every batch would otherwise reset its failure count each time.
+    async committed(keys) {
+      if (keys.length === 0) return;
+      for (const k of keys) recent.add(formatKey(k));
+      await viaRedis('markDone', () => tier.markDone(keys.map(redisKey)));
+    },
+    async released(keys) {
+      if (keys.length === 0) return;
+      await viaRedis('release', () => tier.release(keys.map(redisKey)));
+    },
+    async warm() {
+      const keys = await inbox.recentKeys(options.warmWindowMs, options.bloom.capacity);
+      for (const k of keys) recent.add(formatKey(k));
+      return keys.length;
+    },
+    breakerState: () => breaker.current,
+    close: () => {
+      closed = true;
+      clearTimeout(probeTimer);
+    },
+  };
+}

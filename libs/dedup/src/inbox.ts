@@ -1,0 +1,86 @@
+import { formatKey, type DedupKey } from './key';
+
+export interface Queryable {
+  query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[]): Promise<{ rows: R[]; rowCount: number | null }>;
+}
+
+/** The authoritative dedup record, for a service's migrations. */
+export const inboxMigrationSql = `
+CREATE TABLE IF NOT EXISTS inbox (
+  task_id      text        NOT NULL,
+  event_type   text        NOT NULL,
+  attempt      integer     NOT NULL,
+  event_id     text        NOT NULL,
+  source       text        NOT NULL,
+  processed_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (task_id, event_type, attempt)
+);
+CREATE INDEX IF NOT EXISTS inbox_processed_at ON inbox (processed_at);
+`;
+
+export interface InboxEntry extends DedupKey {
+  readonly eventId: string;
+  /** Where the event came from, e.g. `labelflow.qa-events/3@1042`, for forensics. */
+  readonly source: string;
+}
+
+/**
+ * Records the key inside the caller's transaction. Returns false when the key was already there:
+ * the event is a duplicate and the transaction must apply nothing. Because the insert and the state
+ * change commit together, a crash can never leave one without the other.
+ */
+export async function recordInInbox(tx: Queryable, entry: InboxEntry): Promise<boolean> {
+  const result = await tx.query(
+    `INSERT INTO inbox (task_id, event_type, attempt, event_id, source) VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (task_id, event_type, attempt) DO NOTHING`,
+    [entry.taskId, entry.eventType, entry.attempt, entry.eventId, entry.source],
+  );
+  return result.rowCount === 1;
+}
+
+/** Read access to the inbox for the gate: confirming Bloom "maybe"s and warming the filter. */
+export interface InboxReader {
+  readonly db: Queryable;
+  recentKeys(windowMs: number, limit: number): Promise<DedupKey[]>;
+}
+
+export function inboxReader(db: Queryable): InboxReader {
+  return {
+    db,
+    async recentKeys(windowMs, limit) {
+      const { rows } = await db.query<{ task_id: string; event_type: string; attempt: number }>(
+        `SELECT task_id, event_type, attempt FROM inbox WHERE processed_at > now() - ($1::bigint * interval '1 millisecond')
+         ORDER BY processed_at DESC LIMIT $2`,
+        [windowMs, limit],
+      );
+      return rows.map((r) => ({ taskId: r.task_id, eventType: r.event_type, attempt: r.attempt }));
+    },
+  };
+}
+
+/** Which of `keys` the inbox holds, in one query. */
+export async function findInInbox(inbox: InboxReader, keys: readonly DedupKey[]): Promise<Set<string>> {
+  const { rows } = await inbox.db.query<{ task_id: string; event_type: string; attempt: number }>(
+    `SELECT i.task_id, i.event_type, i.attempt FROM inbox i
+     JOIN unnest($1::text[], $2::text[], $3::int[]) AS k(task_id, event_type, attempt)
+       ON i.task_id = k.task_id AND i.event_type = k.event_type AND i.attempt = k.attempt`,
+    [keys.map((k) => k.taskId), keys.map((k) => k.eventType), keys.map((k) => k.attempt)],
+  );
+  return new Set(rows.map((r) => formatKey({ taskId: r.task_id, eventType: r.event_type, attempt: r.attempt })));
+}
+
+/**
+ * Deletes inbox rows older than the retention. A replay older than this is no longer recognised,
+ * so the retention must exceed the longest replay the operators may run (and the Redis TTL).
+ */
+export async function pruneInbox(db: Queryable, retentionMs: number, batch = 10_000): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const { rowCount } = await db.query(
+      `DELETE FROM inbox WHERE ctid IN (SELECT ctid FROM inbox WHERE processed_at < now() - ($1::bigint * interval '1 millisecond') LIMIT $2)`,
+      [retentionMs, batch],
+    );
+    total += rowCount ?? 0;
+    if ((rowCount ?? 0) < batch) return total;
+  }
+}

@@ -1,0 +1,139 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import pg from 'pg';
+import { createTestDatabase, uniqueName, createTestPool } from '@labelflow/testing';
+import { createSnowflake, createWorkerLease, ensureIdgenSchema, IdgenErrors, parseSnowflake } from './index';
+import { runTsxScript } from './testing/spawn-tsx';
+
+const infra = inject('infra');
+
+describe('worker-id leases and Snowflake ids on PostgreSQL', () => {
+  let url: string;
+  let pool: pg.Pool;
+  let drop: () => Promise<void>;
+  beforeAll(async () => {
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('idgen_lease'));
+    url = db.url;
+    drop = db.drop;
+    pool = createTestPool(db.url, 20);
+    await Promise.all([ensureIdgenSchema(pool), ensureIdgenSchema(pool), ensureIdgenSchema(pool)]); // idempotent, concurrent-safe
+  });
+  afterAll(async () => {
+    await pool.end();
+    await drop();
+  });
+
+  const leaseIn = (namespace: string, over: Partial<Parameters<typeof createWorkerLease>[0]> = {}) => createWorkerLease({ pool, namespace, owner: 'test', ...over });
+
+  it('gives twenty concurrent acquire() calls twenty distinct worker ids, the lowest ones', async () => {
+    const leases = Array.from({ length: 20 }, () => leaseIn('concurrent'));
+    const ids = await Promise.all(leases.map((l) => l.acquire()));
+    expect(new Set(ids).size).toBe(20);
+    expect([...ids].sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => i));
+    expect(leases.every((l) => l.valid)).toBe(true);
+    const { rows } = await pool.query<{ n: number }>("SELECT count(DISTINCT owner)::int AS n FROM idgen_worker_leases WHERE namespace = 'concurrent'");
+    expect(rows[0]!.n).toBe(20);
+    await Promise.all(leases.map((l) => l.release()));
+  });
+
+  it('reports NO_FREE_WORKER_ID when every id of the namespace is held by a live lease', async () => {
+    const held = [leaseIn('full', { maxWorkers: 2 }), leaseIn('full', { maxWorkers: 2 })];
+    await Promise.all(held.map((l) => l.acquire()));
+    await expect(leaseIn('full', { maxWorkers: 2 }).acquire()).rejects.toMatchObject({ code: IdgenErrors.NO_FREE_WORKER_ID, retriable: true });
+    await Promise.all(held.map((l) => l.release()));
+  });
+
+  it('reuses a released worker id', async () => {
+    const a = leaseIn('released');
+    const b = leaseIn('released');
+    expect(await a.acquire()).toBe(0);
+    expect(await b.acquire()).toBe(1);
+    await a.release();
+    expect(a.valid).toBe(false);
+    const c = leaseIn('released');
+    expect(await c.acquire()).toBe(0);
+    await Promise.all([b.release(), c.release()]);
+  });
+
+  it('takes over an expired lease, and the old holder reports onLost on its next renewal and its generator refuses ids', async () => {
+    const lost: number[] = [];
+    const old = leaseIn('expired', { onLost: ({ workerId }) => lost.push(workerId) });
+    const oldId = await old.acquire();
+    const oldGenerator = createSnowflake({ workerId: old.workerId, isValid: () => old.valid });
+    await oldGenerator.next();
+
+    // Simulate a holder that stopped renewing (paused process, partition) until its lease expired.
+    await pool.query("UPDATE idgen_worker_leases SET expires_at = now() - interval '1 second' WHERE namespace = 'expired' AND worker_id = $1", [oldId]);
+    const taker = leaseIn('expired');
+    expect(await taker.acquire()).toBe(oldId);
+
+    expect(await old.renew()).toBe(false);
+    expect(lost).toEqual([oldId]);
+    expect(old.lost).toBe(true);
+    expect(old.valid).toBe(false);
+    await expect(oldGenerator.next()).rejects.toMatchObject({ code: IdgenErrors.LEASE_LOST });
+    expect(await old.renew()).toBe(false);
+    expect(lost).toHaveLength(1); // reported once
+
+    // The old holder's release must not delete the new holder's row.
+    await old.release();
+    expect(await taker.renew()).toBe(true);
+    const newGenerator = createSnowflake({ workerId: taker.workerId, isValid: () => taker.valid });
+    expect(parseSnowflake(await newGenerator.next()).workerId).toBe(oldId);
+    await taker.release();
+  });
+
+  it('renews in the background and notices a takeover without being asked', async () => {
+    let lost = false;
+    const lease = leaseIn('background', { ttlMs: 400, renewEveryMs: 50, onLost: () => (lost = true) });
+    const id = await lease.acquire();
+    await new Promise((r) => setTimeout(r, 600)); // longer than the ttl: only renewal keeps it valid
+    expect(lease.valid).toBe(true);
+    await pool.query("UPDATE idgen_worker_leases SET owner = 'someone-else' WHERE namespace = 'background' AND worker_id = $1", [id]);
+    const deadline = Date.now() + 5_000;
+    while (!lost && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(lost).toBe(true);
+    expect(lease.valid).toBe(false);
+    await lease.release();
+  });
+
+  it('lets 4 processes generate 250,000 ids each concurrently with no duplicate and strictly increasing ids per worker', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'idgen-'));
+    try {
+      const perProcess = 250_000;
+      const files = [0, 1, 2, 3].map((i) => join(dir, `ids-${i}.bin`));
+      const started = performance.now();
+      const outputs = await Promise.all(files.map((f) => runTsxScript('./snowflake-worker.ts', [url, 'multiprocess', String(perProcess), f, '4'])));
+      const wallMs = Math.round(performance.now() - started);
+      const reports = outputs.map((o) => JSON.parse(o.trim()) as { workerId: number; count: number; elapsedMs: number });
+      expect(new Set(reports.map((r) => r.workerId)).size).toBe(4);
+
+      const all = new BigUint64Array(4 * perProcess);
+      for (const [i, f] of files.entries()) {
+        const buf = await readFile(f);
+        const ids = new BigUint64Array(buf.buffer, buf.byteOffset, buf.byteLength / 8);
+        expect(ids.length).toBe(perProcess);
+        const workerId = reports[i]!.workerId;
+        for (let k = 0; k < ids.length; k++) {
+          if (k > 0 && !(ids[k]! > ids[k - 1]!)) throw new Error(`worker ${workerId}: id #${k} ${ids[k]} is not greater than ${ids[k - 1]}`);
+        }
+        expect(parseSnowflake(ids[0]!.toString()).workerId).toBe(workerId);
+        expect(parseSnowflake(ids[perProcess - 1]!.toString()).workerId).toBe(workerId);
+        all.set(ids, i * perProcess);
+      }
+      all.sort();
+      let duplicates = 0;
+      for (let k = 1; k < all.length; k++) if (all[k] === all[k - 1]) duplicates++;
+      expect(duplicates).toBe(0);
+      console.error(`[idgen] 4 x ${perProcess} ids: wall ${wallMs} ms (incl. process start), generation ms per process ${reports.map((r) => r.elapsedMs).join(', ')}`);
+      // Every process released its lease on exit.
+      const { rows } = await pool.query("SELECT 1 FROM idgen_worker_leases WHERE namespace = 'multiprocess'");
+      expect(rows).toHaveLength(0);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
