@@ -1,0 +1,45 @@
+import pg from 'pg';
+
+/** Creates an empty database for one test and returns its URL; `drop` removes it. */
+export async function createTestDatabase(pgUrl: string, name: string): Promise<{ url: string; drop: () => Promise<void> }> {
+  const admin = new pg.Client({ connectionString: `${pgUrl}/postgres` });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE "${name}"`);
+  } finally {
+    await admin.end();
+  }
+  return { url: `${pgUrl}/${name}`, drop: () => dropDatabase(pgUrl, name) };
+}
+
+export async function dropDatabase(pgUrl: string, name: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: `${pgUrl}/postgres` });
+  await admin.connect();
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+  } finally {
+    await admin.end();
+  }
+}
+
+/** Runs one query against a database URL and returns its rows (assertions on service state). */
+export async function queryRows<R extends Record<string, unknown>>(url: string, text: string, values: unknown[] = []): Promise<R[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<R>(text, values)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * A pool for a test database. Dropping the database WITH (FORCE) terminates sessions that are
+ * still closing; the pool re-emits that as an 'error' event, which without a listener would crash
+ * the test run although every test passed.
+ */
+export function createTestPool(url: string, max = 10): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max });
+  pool.on('error', () => undefined);
+  return pool;
+}

@@ -1,0 +1,30 @@
+export interface HttpResult<T = unknown> {
+  readonly status: number;
+  readonly body: T;
+  readonly headers: Headers;
+}
+
+/** A tiny JSON client for tests and scripts against a service's base URL. */
+export function httpClient(baseUrl: string) {
+  const call = async <T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<HttpResult<T>> => {
+    const init: RequestInit = { method, headers: { ...headers } };
+    if (body !== undefined) {
+      init.body = typeof body === 'string' ? body : JSON.stringify(body);
+      (init.headers as Record<string, string>)['content-type'] = 'application/json';
+    }
+    const response = await fetch(`${baseUrl}${path}`, init);
+    const text = await response.text();
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      // Not JSON (e.g. /metrics): hand back the text.
+    }
+    return { status: response.status, body: parsed as T, headers: response.headers };
+  };
+  return {
+    get: <T = unknown>(path: string, headers?: Record<string, string>) => call<T>('GET', path, undefined, headers),
+    post: <T = unknown>(path: string, body?: unknown, headers?: Record<string, string>) => call<T>('POST', path, body, headers),
+  };
+}
+export type HttpClient = ReturnType<typeof httpClient>;

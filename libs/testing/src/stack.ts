@@ -1,0 +1,99 @@
+import type { ServiceName } from '@labelflow/contracts';
+import { createTestDatabase, dropDatabase, queryRows } from './db';
+import { eventually } from './eventually';
+import { httpClient, type HttpClient } from './http';
+import { consumerLag } from './kafka';
+import type { TestInfra } from './infra';
+import { uniqueName } from './names';
+import { serviceNames, startServiceProcess, type ServiceProcess } from './processes';
+
+export interface TestStack {
+  readonly prefix: string;
+  readonly databases: Readonly<Record<ServiceName, string>>;
+  readonly processes: Record<ServiceName, ServiceProcess>;
+  http(name: ServiceName): HttpClient;
+  /** Starts (again) one service with the stack's settings plus `env` overrides. */
+  start(name: ServiceName, env?: Record<string, string>): Promise<ServiceProcess>;
+  /** Starts one more instance of a service in the same consumer group (stopped with the stack). */
+  startExtra(name: ServiceName, env?: Record<string, string>): Promise<ServiceProcess>;
+  /** The consumer group and the topics each service consumes, for lag and replay checks. */
+  groupOf(name: ServiceName): string;
+  /** Metrics text of a service's current process. */
+  metrics(name: ServiceName): Promise<string>;
+  /**
+   * Resolves once the stack is at rest: every outbox is drained and every service's consumer group
+   * has committed all that is on its topics (in that order, and again until both hold together,
+   * since consuming can publish more).
+   */
+  quiesce(timeoutMs?: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * The four services as real processes on real infrastructure, isolated from every other test by a
+ * fresh topic prefix (so fresh topics and consumer groups) and fresh databases.
+ */
+export async function startStack(infra: Pick<TestInfra, 'kafkaBrokers' | 'pgUrl' | 'redisUrl'>, overrides: Partial<Record<ServiceName, Record<string, string>>> = {}): Promise<TestStack> {
+  const prefix = uniqueName('lf');
+  const databases = {} as Record<ServiceName, string>;
+  for (const name of serviceNames) databases[name] = (await createTestDatabase(infra.pgUrl, `${prefix}_${name.replace('-', '_')}`)).url;
+  const processes = {} as Record<ServiceName, ServiceProcess>;
+  const extras: ServiceProcess[] = [];
+  const baseEnv = (name: ServiceName): Record<string, string> => ({
+    KAFKA_BROKERS: infra.kafkaBrokers,
+    REDIS_URL: infra.redisUrl,
+    DATABASE_URL: databases[name],
+    KAFKA_TOPIC_PREFIX: prefix,
+    KAFKA_TOPIC_PARTITIONS: '3',
+    OUTBOX_POLL_MS: '200',
+    // Crash tests restart services: the dead instance's partitions move after this long.
+    KAFKA_SESSION_TIMEOUT_MS: '6000',
+  });
+  const start = async (name: ServiceName, env: Record<string, string> = {}) => {
+    processes[name] = await startServiceProcess(name, { ...baseEnv(name), ...env });
+    return processes[name];
+  };
+  try {
+    // Sequential: the first start creates the shared topics; the others then find them.
+    for (const name of serviceNames) await start(name, overrides[name]);
+  } catch (error) {
+    await Promise.all(Object.values(processes).map((p) => p.kill()));
+    throw error;
+  }
+  const groupOf = (name: ServiceName) => `${prefix}.${name}`;
+  return {
+    prefix,
+    databases,
+    processes,
+    http: (name) => httpClient(processes[name].url),
+    start,
+    startExtra: async (name, env = {}) => {
+      const extra = await startServiceProcess(name, { ...baseEnv(name), ...env });
+      extras.push(extra);
+      return extra;
+    },
+    groupOf,
+    metrics: async (name) => (await httpClient(processes[name].url).get<string>('/metrics')).body,
+    quiesce: async (timeoutMs = 60_000) => {
+      await eventually(async () => {
+        for (const name of serviceNames) {
+          const [row] = await queryRows<{ n: string }>(databases[name], 'SELECT count(*) AS n FROM outbox WHERE published_at IS NULL');
+          if (Number(row?.n) !== 0) throw new Error(`${name} has ${row?.n} outbox rows left to publish`);
+        }
+        for (const name of serviceNames) {
+          const topics = processes[name].consumes.map((key) => `${prefix}.${key}-events`);
+          const lag = await consumerLag(infra.kafkaBrokers, groupOf(name), topics);
+          if (lag !== 0) throw new Error(`${name} has ${lag} messages left to consume`);
+        }
+        for (const name of serviceNames) {
+          const [row] = await queryRows<{ n: string }>(databases[name], 'SELECT count(*) AS n FROM outbox WHERE published_at IS NULL');
+          if (Number(row?.n) !== 0) throw new Error(`${name} published more while the others caught up`);
+        }
+      }, { timeoutMs, intervalMs: 250 });
+    },
+    async stop() {
+      await Promise.all([...Object.values(processes), ...extras].map((p) => p.stop()));
+      for (const name of serviceNames) await dropDatabase(infra.pgUrl, new URL(databases[name]).pathname.slice(1));
+    },
+  };
+}
