@@ -1,0 +1,42 @@
+import { coreMigrations, type Migration } from '@labelflow/service-kit';
+
+export const migrations: readonly Migration[] = [
+  ...coreMigrations,
+  {
+    version: 2,
+    name: 'tasks',
+    sql: `
+CREATE TABLE tasks (
+  task_id    uuid        PRIMARY KEY,
+  project_id uuid        NOT NULL,
+  title      text        NOT NULL,
+  data_uri   text        NOT NULL,
+  status     text        NOT NULL,
+  attempt    integer     NOT NULL CHECK (attempt >= 1),
+  assignee   text,
+  version    integer     NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX tasks_project_status ON tasks (project_id, status);`,
+  },
+  {
+    version: 3,
+    name: 'assignment leases, failure and cancellation reasons',
+    sql: `
+ALTER TABLE tasks ADD COLUMN lease_expires_at timestamptz, ADD COLUMN reason text;
+CREATE INDEX tasks_lease_due ON tasks (lease_expires_at) WHERE status = 'assigned';`,
+  },
+  {
+    version: 4,
+    name: 'snowflake task ids and per-project task numbers',
+    sql: `
+ALTER TABLE tasks ALTER COLUMN task_id TYPE text USING task_id::text;
+ALTER TABLE tasks ADD COLUMN task_number text;
+CREATE UNIQUE INDEX tasks_project_number ON tasks (project_id, task_number) WHERE task_number IS NOT NULL;
+CREATE TABLE project_keys (
+  project_id  uuid PRIMARY KEY,
+  project_key text NOT NULL
+);`,
+  },
+];

@@ -1,0 +1,95 @@
+import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
+import { ServiceKitError, ServiceKitErrors, type Queryable } from '@labelflow/service-kit';
+import type { TaskState, TaskStatus } from './state';
+
+interface TaskRow {
+  task_id: string;
+  project_id: string;
+  title: string;
+  data_uri: string;
+  task_number: string | null;
+  status: string;
+  attempt: number;
+  assignee: string | null;
+  lease_expires_at: Date | null;
+  reason: string | null;
+  version: number;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export type TaskRecord = TaskState & { readonly createdAt: Date; readonly updatedAt: Date };
+
+const toState = (r: TaskRow): TaskRecord => ({
+  taskId: r.task_id as TaskId,
+  projectId: r.project_id as ProjectId,
+  title: r.title,
+  dataUri: r.data_uri,
+  taskNumber: r.task_number,
+  status: r.status as TaskStatus,
+  attempt: r.attempt,
+  assignee: r.assignee as AnnotatorId | null,
+  leaseExpiresAt: r.lease_expires_at?.toISOString() ?? null,
+  reason: r.reason,
+  version: r.version,
+  createdAt: r.created_at,
+  updatedAt: r.updated_at,
+});
+
+export async function loadTask(db: Queryable, taskId: TaskId): Promise<TaskRecord | null> {
+  const { rows } = await db.query<TaskRow>('SELECT * FROM tasks WHERE task_id = $1', [taskId]);
+  return rows[0] ? toState(rows[0]) : null;
+}
+
+export async function listTasks(db: Queryable, filter: { projectId?: string; status?: string; limit: number }): Promise<TaskRecord[]> {
+  const { rows } = await db.query<TaskRow>(
+    `SELECT * FROM tasks WHERE ($1::uuid IS NULL OR project_id = $1) AND ($2::text IS NULL OR status = $2)
+     ORDER BY created_at, task_id LIMIT $3`,
+    [filter.projectId ?? null, filter.status ?? null, filter.limit],
+  );
+  return rows.map(toState);
+}
+
+/**
+ * Saves with compare-and-set on `version`: `previous` is the version that was loaded. Losing the
+ * race is a retriable conflict (the consumer retries; HTTP answers 409).
+ */
+export async function saveTask(db: Queryable, next: TaskState, previousVersion: number | null): Promise<void> {
+  if (previousVersion === null) {
+    await db.query(
+      `INSERT INTO tasks (task_id, project_id, title, data_uri, task_number, status, attempt, assignee, lease_expires_at, reason, version)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 1)`,
+      [next.taskId, next.projectId, next.title, next.dataUri, next.taskNumber, next.status, next.attempt, next.assignee, next.leaseExpiresAt, next.reason],
+    );
+    return;
+  }
+  const result = await db.query(
+    `UPDATE tasks SET status = $2, attempt = $3, assignee = $4, lease_expires_at = $5, reason = $6, version = version + 1, updated_at = now()
+     WHERE task_id = $1 AND version = $7`,
+    [next.taskId, next.status, next.attempt, next.assignee, next.leaseExpiresAt, next.reason, previousVersion],
+  );
+  if (result.rowCount !== 1) {
+    throw new ServiceKitError(ServiceKitErrors.CONCURRENT_UPDATE, `task ${next.taskId} changed concurrently`, { retriable: true });
+  }
+}
+
+/** Locks assigned tasks whose lease ended more than `graceMs` ago; other instances skip them. */
+export async function claimExpiredLeases(tx: Queryable, limit: number, now: Date, graceMs: number): Promise<string[]> {
+  const { rows } = await tx.query<{ task_id: string }>(
+    `SELECT task_id FROM tasks WHERE status = 'assigned' AND lease_expires_at <= $1::timestamptz - ($2::bigint * interval '1 millisecond')
+     ORDER BY lease_expires_at LIMIT $3 FOR UPDATE SKIP LOCKED`,
+    [now.toISOString(), graceMs, limit],
+  );
+  return rows.map((r) => r.task_id);
+}
+
+/**
+ * The project's key for task numbers: the first task of a project registers it (or the default);
+ * later tasks must use the same one. Returns null when `requested` contradicts the registered key.
+ */
+export async function projectKeyFor(tx: Queryable, projectId: string, requested: string | undefined, fallback: string): Promise<{ key: string } | { conflict: string }> {
+  await tx.query('INSERT INTO project_keys (project_id, project_key) VALUES ($1, $2) ON CONFLICT (project_id) DO NOTHING', [projectId, requested ?? fallback]);
+  const { rows } = await tx.query<{ project_key: string }>('SELECT project_key FROM project_keys WHERE project_id = $1', [projectId]);
+  const key = rows[0]?.project_key ?? fallback;
+  return requested !== undefined && requested !== key ? { conflict: key } : { key };
+}

@@ -1,0 +1,113 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { IdempotentOptions } from '@labelflow/idempotency';
+import { createSegmentAllocator, formatTaskNumber, ProjectKey } from '@labelflow/idgen';
+import { z } from 'zod';
+import { AnnotatorId, callerOf, ProjectId, TaskId } from '@labelflow/contracts';
+import { HttpError, parseInput, requireAdmin, type PoolClient, type ServiceContext } from '@labelflow/service-kit';
+import type { TaskSvcConfig } from '../config';
+import type { TaskCommand, TaskRejection } from './decide';
+import { executeTask } from './execute';
+import { listTasks, loadTask, projectKeyFor, type TaskRecord } from './repository';
+import { TaskStatus } from './state';
+
+const CreateTaskBody = z
+  .object({ projectId: ProjectId, title: z.string().trim().min(1).max(500), dataUri: z.string().min(1).max(2048), projectKey: ProjectKey.optional() })
+  .strict();
+/** Task numbers of a project whose first task named no key read `TASK-1`, `TASK-2`, ... */
+const DEFAULT_PROJECT_KEY = 'TASK';
+const ClaimBody = z.object({ annotatorId: AnnotatorId }).strict();
+const CancelBody = z.object({ reason: z.string().trim().min(1).max(2000) }).strict();
+const TaskParams = z.object({ taskId: TaskId });
+const ListQuery = z.object({
+  projectId: ProjectId.optional(),
+  status: z.enum(Object.values(TaskStatus) as [string, ...string[]]).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+});
+
+const statusFor: Record<TaskRejection['code'], number> = {
+  TASK_CANCELLED: 409,
+  LEASE_NOT_DUE: 409,
+  NOT_BILLABLE: 409, TASK_EXISTS: 409, TASK_NOT_FOUND: 404, TASK_NOT_CLAIMABLE: 409, STALE_ATTEMPT: 409, TASK_NOT_REOPENABLE: 409 };
+
+/** Who holds a task is the admins' business: a losing claimant learns only that it is taken. */
+function rejection(reason: TaskRejection, request: FastifyRequest, task: TaskRecord | null): HttpError {
+  const details = callerOf(request.headers).admin && task?.assignee ? { assignee: task.assignee } : undefined;
+  return new HttpError(statusFor[reason.code], reason.code, reason.message, details);
+}
+
+export const toView = (t: TaskRecord) => ({
+  taskId: t.taskId,
+  projectId: t.projectId,
+  title: t.title,
+  dataUri: t.dataUri,
+  taskNumber: t.taskNumber,
+  status: t.status,
+  attempt: t.attempt,
+  assignee: t.assignee,
+  leaseExpiresAt: t.leaseExpiresAt,
+  reason: t.reason,
+  version: t.version,
+  createdAt: t.createdAt.toISOString(),
+  updatedAt: t.updatedAt.toISOString(),
+});
+
+export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConfig>): void {
+  /**
+   * Runs a command once per Idempotency-Key: the task's new state, its events (caused by the key)
+   * and the stored response commit together. A rejection is thrown, so it is not stored and a
+   * corrected retry with the same key runs.
+   */
+  const numbers = createSegmentAllocator({ pool: ctx.pool, segmentSize: 100 });
+  type Command = Extract<TaskCommand, { taskId: TaskId }>;
+  const run = (request: FastifyRequest, options: IdempotentOptions, make: Command | ((tx: PoolClient) => Promise<Command>), status = 200) =>
+    request.idempotent(options, async (tx, key) => {
+      const command = typeof make === 'function' ? await make(tx) : make;
+      const result = await executeTask(tx, command);
+      if (!result.ok) throw rejection(result.reason, request, await loadTask(tx, command.taskId));
+      await ctx.emit(tx, result.events, key);
+      const saved = await loadTask(tx, command.taskId);
+      if (!saved) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${command.taskId} does not exist`);
+      return { status, body: toView(saved) };
+    });
+
+  app.post('/tasks', async (request) => {
+    const body = parseInput(CreateTaskBody, request.body);
+    const { projectKey, ...fields } = body;
+    // Drawn before the transaction opens: fetching the next segment needs a connection of its own,
+    // and requests that each held one while waiting for another would starve the pool under load.
+    // A number drawn by a request that then fails or is replayed is skipped: gaps, never duplicates.
+    const number = await numbers.next(body.projectId);
+    const create = async (tx: PoolClient): Promise<Command> => {
+      const registered = await projectKeyFor(tx, body.projectId, projectKey, DEFAULT_PROJECT_KEY);
+      if ('conflict' in registered) throw new HttpError(409, 'PROJECT_KEY_MISMATCH', `project ${body.projectId} numbers its tasks as ${registered.conflict}, not ${projectKey}`);
+      const taskNumber = formatTaskNumber(registered.key, number);
+      return { type: 'CreateTask', taskId: (await ctx.nextId()) as TaskId, ...fields, taskNumber };
+    };
+    return run(request, { required: true, project: body.projectId }, create, 201);
+  });
+
+  app.post('/tasks/:taskId/claim', async (request) => {
+    const { taskId } = parseInput(TaskParams, request.params, 'path');
+    const { annotatorId } = parseInput(ClaimBody, request.body);
+    return run(request, {}, { type: 'ClaimTask', taskId, annotatorId, now: ctx.now(), leaseMs: ctx.config.ASSIGNMENT_LEASE_MS });
+  });
+
+  app.post('/tasks/:taskId/cancel', async (request) => {
+    const { user } = requireAdmin(request.headers);
+    const { taskId } = parseInput(TaskParams, request.params, 'path');
+    const { reason } = parseInput(CancelBody, request.body);
+    return run(request, {}, { type: 'CancelTask', taskId, reason, cancelledBy: user });
+  });
+
+  app.get('/tasks/:taskId', async (request) => {
+    const { taskId } = parseInput(TaskParams, request.params, 'path');
+    const task = await loadTask(ctx.pool, taskId);
+    if (!task) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${taskId} does not exist`);
+    return toView(task);
+  });
+
+  app.get('/tasks', async (request) => {
+    const query = parseInput(ListQuery, request.query, 'query');
+    return { tasks: (await listTasks(ctx.pool, query)).map(toView) };
+  });
+}

@@ -1,0 +1,110 @@
+import type { AnnotatorId, BillingCompleted, BillingFailed, LabelSubmitted, ProjectId, QaPassed, QaRejected, QaStarted, QaTimedOut, TaskEvent, TaskId } from '@labelflow/contracts';
+import type { EventDraft } from '@labelflow/service-kit';
+
+export const TaskStatus = {
+  open: 'open',
+  assigned: 'assigned',
+  labelled: 'labelled',
+  inReview: 'in_review',
+  approved: 'approved',
+  completed: 'completed',
+  /** Billing failed for good; an admin may retry billing after a top-up. */
+  failed: 'failed',
+  cancelled: 'cancelled',
+} as const;
+export type TaskStatus = (typeof TaskStatus)[keyof typeof TaskStatus];
+
+/**
+ * Within one attempt, progress only moves forward. Events of the saga travel on different topics and
+ * may arrive in any order (QaStarted before LabelSubmitted); ranking statuses makes a late,
+ * lower-ranked event a no-op. Only TaskReopened moves backwards, and it starts a new attempt.
+ */
+export const statusRank: Readonly<Record<TaskStatus, number>> = {
+  open: 0,
+  assigned: 1,
+  labelled: 2,
+  in_review: 3,
+  approved: 4,
+  completed: 5,
+  failed: 5,
+  // Cancellation absorbs everything that arrives after it.
+  cancelled: 6,
+};
+
+export interface TaskState {
+  readonly taskId: TaskId;
+  readonly projectId: ProjectId;
+  readonly title: string;
+  readonly dataUri: string;
+  readonly taskNumber: string | null;
+  readonly status: TaskStatus;
+  readonly attempt: number;
+  readonly assignee: AnnotatorId | null;
+  /** When the current assignment lapses (ISO); null when nobody holds the task. */
+  readonly leaseExpiresAt: string | null;
+  /** Why the task failed or was cancelled. */
+  readonly reason: string | null;
+  /** Optimistic concurrency: bumped on every save, checked by compare-and-set. */
+  readonly version: number;
+}
+
+/** Events the task's state is folded from: its own, and the saga steps it observes. */
+export type ObservedEvent = EventDraft<LabelSubmitted | QaStarted | QaPassed | QaRejected | QaTimedOut | BillingCompleted | BillingFailed>;
+export type TaskStateEvent = EventDraft<TaskEvent> | ObservedEvent;
+
+/** Moves status forward for the current attempt only: an event of an older attempt is stale. */
+const advance = (state: TaskState, attempt: number, to: TaskStatus): TaskState =>
+  attempt === state.attempt && statusRank[to] > statusRank[state.status] ? { ...state, status: to, leaseExpiresAt: null } : state;
+
+export function evolve(state: TaskState | null, event: TaskStateEvent): TaskState | null {
+  if (event.type === 'TaskCreated') {
+    return {
+      taskId: event.taskId,
+      projectId: event.projectId,
+      title: event.payload.title,
+      dataUri: event.payload.dataUri,
+      taskNumber: event.payload.taskNumber ?? null,
+      status: TaskStatus.open,
+      attempt: event.attempt,
+      assignee: null,
+      leaseExpiresAt: null,
+      reason: null,
+      version: 0,
+    };
+  }
+  if (!state) return state;
+  switch (event.type) {
+    case 'TaskAssigned':
+      if (event.attempt !== state.attempt) return state;
+      if (state.status !== TaskStatus.open) return state;
+      return { ...state, status: TaskStatus.assigned, assignee: event.payload.annotatorId, leaseExpiresAt: event.payload.leaseExpiresAt ?? null };
+    case 'TaskReopened':
+      // A replayed or late reopen must not reset an attempt that has already moved on.
+      if (event.attempt <= state.attempt || state.status === TaskStatus.cancelled) return state;
+      return { ...state, status: TaskStatus.open, attempt: event.attempt, assignee: null, leaseExpiresAt: null };
+    case 'TaskFailed':
+      return { ...state, status: TaskStatus.failed, reason: event.payload.detail };
+    case 'TaskCancelled':
+      return { ...state, status: TaskStatus.cancelled, leaseExpiresAt: null, reason: event.payload.reason };
+    case 'LabelSubmitted':
+      return advance(state, event.attempt, TaskStatus.labelled);
+    case 'QaStarted':
+      return advance(state, event.attempt, TaskStatus.inReview);
+    case 'QaPassed':
+      return advance(state, event.attempt, TaskStatus.approved);
+    case 'QaRejected':
+    case 'QaTimedOut':
+    case 'BillingFailed':
+      // These change the task only through the event decided alongside (TaskReopened, TaskFailed).
+      return state;
+    case 'BillingCompleted':
+    case 'TaskCompleted':
+      // A retried billing completes a task that had failed on billing.
+      if (state.status === TaskStatus.failed && event.attempt === state.attempt) return { ...state, status: TaskStatus.completed, reason: null };
+      return advance(state, event.attempt, TaskStatus.completed);
+    default: {
+      const unhandled: never = event;
+      return unhandled;
+    }
+  }
+}
