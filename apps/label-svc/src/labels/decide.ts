@@ -1,0 +1,138 @@
+import type { Annotation, AnnotatorId, LabelEvent, TaskId } from '@labelflow/contracts';
+import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
+import { labelOf, LabelStatus, VoidReason, type Label, type LabelObservedEvent, type LabelTaskState } from './state';
+
+export type LabelCommand =
+  | {
+      readonly type: 'SubmitLabels';
+      readonly taskId: TaskId;
+      readonly annotatorId: AnnotatorId;
+      readonly annotations: readonly Annotation[];
+      readonly now: Date;
+      /** The attempt the annotator claimed (from the claim's answer); labels never land on another. */
+      readonly attempt?: number;
+    }
+  | { readonly type: 'Observe'; readonly event: LabelObservedEvent };
+
+export const LabelRejections = {
+  VERDICT_FINAL: 'VERDICT_FINAL',
+  ASSIGNMENT_UNKNOWN: 'ASSIGNMENT_UNKNOWN',
+  NOT_ASSIGNEE: 'NOT_ASSIGNEE',
+  ALREADY_SUBMITTED: 'ALREADY_SUBMITTED',
+  LEASE_EXPIRED: 'LEASE_EXPIRED',
+  TASK_CANCELLED: 'TASK_CANCELLED',
+  STALE_ATTEMPT: 'STALE_ATTEMPT',
+  LABEL_UNKNOWN: 'LABEL_UNKNOWN',
+  LABEL_VOIDED: 'LABEL_VOIDED',
+  LABEL_REJECTED: 'LABEL_REJECTED',
+  NOTHING_TO_UNDO: 'NOTHING_TO_UNDO',
+} as const;
+export type LabelRejection = Rejection<(typeof LabelRejections)[keyof typeof LabelRejections]>;
+export type LabelDecision = Decision<EventDraft<LabelEvent>, LabelRejection>;
+
+const reject = (code: LabelRejection['code'], message: string): LabelDecision => ({ ok: false, reason: { code, message } });
+const accept = (...events: EventDraft<LabelEvent>[]): LabelDecision => ({ ok: true, events });
+
+export function decide(command: LabelCommand, state: LabelTaskState): LabelDecision {
+  switch (command.type) {
+    case 'SubmitLabels':
+      return submit(command, state);
+    case 'Observe':
+      return observe(command.event, state);
+    default: {
+      const unhandled: never = command;
+      return unhandled;
+    }
+  }
+}
+
+function submit(command: Extract<LabelCommand, { type: 'SubmitLabels' }>, state: LabelTaskState): LabelDecision {
+  const { assignment } = state;
+  if (state.cancelled) return reject('TASK_CANCELLED', `task ${command.taskId} was cancelled`);
+  if (!assignment) return reject('ASSIGNMENT_UNKNOWN', `task ${command.taskId} has no assignment (yet): claim it first, or retry shortly`);
+  // The claim of a newer attempt has not reached label-svc yet: not a refusal, just "not yet".
+  if (command.attempt !== undefined && command.attempt > assignment.attempt) {
+    return reject('ASSIGNMENT_UNKNOWN', `attempt ${command.attempt} of task ${command.taskId} is not known here yet (latest is ${assignment.attempt}); retry shortly`);
+  }
+  if (command.attempt !== undefined && command.attempt < assignment.attempt) {
+    return reject('STALE_ATTEMPT', `attempt ${command.attempt} was superseded by attempt ${assignment.attempt}`);
+  }
+  if (assignment.annotatorId === null) {
+    return reject('ASSIGNMENT_UNKNOWN', `task ${command.taskId} was reopened for attempt ${assignment.attempt} and has no assignment (yet): claim it first, or retry shortly`);
+  }
+  if (assignment.annotatorId !== command.annotatorId) return reject('NOT_ASSIGNEE', `task ${command.taskId} is not assigned to ${command.annotatorId}`);
+  if (labelOf(state, assignment.attempt)) return reject('ALREADY_SUBMITTED', `labels for attempt ${assignment.attempt} were already submitted`);
+  // The lease is over at its expiry instant: task-svc reopens the task from that moment on.
+  if (assignment.leaseExpiresAt !== null && command.now.getTime() >= Date.parse(assignment.leaseExpiresAt)) {
+    return reject('LEASE_EXPIRED', `the lease of ${command.annotatorId} on attempt ${assignment.attempt} expired at ${assignment.leaseExpiresAt}`);
+  }
+  return accept({
+    type: 'LabelSubmitted',
+    version: 1,
+    taskId: command.taskId,
+    projectId: assignment.projectId,
+    attempt: assignment.attempt,
+    payload: { annotatorId: command.annotatorId, annotations: [...command.annotations] },
+  });
+}
+
+function observe(event: LabelObservedEvent, state: LabelTaskState): LabelDecision {
+  const { assignment } = state;
+  // Cancellation is absorbing: late assignments, reviews and billing outcomes change nothing.
+  if (state.cancelled) return reject('TASK_CANCELLED', `${event.type} for attempt ${event.attempt} of a cancelled task`);
+  switch (event.type) {
+    case 'TaskAssigned':
+      // An assignment for an older attempt arriving late must not take the task back.
+      if (assignment && event.attempt < assignment.attempt) return reject('STALE_ATTEMPT', `assignment for attempt ${event.attempt} is older than ${assignment.attempt}`);
+      return accept();
+    case 'TaskReopened':
+      if (assignment && event.attempt <= assignment.attempt) return reject('STALE_ATTEMPT', `reopen for attempt ${event.attempt}, label-svc is already on attempt ${assignment.attempt}`);
+      return accept();
+    case 'TaskCancelled':
+      return accept();
+    case 'QaPassed':
+    case 'QaRejected':
+      // A QA verdict on an attempt is final: a stray opposite verdict must not flip it.
+      return onLabel(event, state, (label) =>
+        label.status === (event.type === 'QaPassed' ? LabelStatus.rejected : LabelStatus.accepted)
+          ? reject('VERDICT_FINAL', `${event.type} for attempt ${event.attempt}, whose labels were already ${label.status}`)
+          : accept(),
+      );
+    case 'QaTimedOut':
+      return onLabel(event, state, () => accept());
+    case 'BillingFailed':
+      return onLabel(event, state, () => accept(), VoidReason.billingFailed);
+    case 'BillingCompleted':
+      return onLabel(
+        event,
+        state,
+        (label) => (label.status === LabelStatus.rejected ? reject('LABEL_REJECTED', `BillingCompleted for attempt ${event.attempt}, whose labels were rejected`) : accept()),
+        VoidReason.billingFailed,
+      );
+    case 'BillingRefunded':
+      if (event.payload.reason === 'TASK_CANCELLED') return reject('NOTHING_TO_UNDO', `refund of attempt ${event.attempt} for a cancelled task: TaskCancelled voids the labels`);
+      return onLabel(event, state, () => accept());
+    default: {
+      const unhandled: never = event;
+      return unhandled;
+    }
+  }
+}
+
+/**
+ * Guards for an outcome that targets one attempt's labels: they must exist and must not have been
+ * voided (except for `reopens`, the one void reason the outcome may act on again).
+ */
+function onLabel(
+  event: LabelObservedEvent,
+  state: LabelTaskState,
+  then: (label: Label) => LabelDecision,
+  reopens?: VoidReason,
+): LabelDecision {
+  const label = labelOf(state, event.attempt);
+  if (!label) return reject('LABEL_UNKNOWN', `${event.type} for attempt ${event.attempt}, which has no labels`);
+  if (label.status === LabelStatus.voided && label.voidReason !== reopens) {
+    return reject('LABEL_VOIDED', `${event.type} for attempt ${event.attempt}, whose labels were voided (${label.voidReason ?? 'unknown'})`);
+  }
+  return then(label);
+}

@@ -1,0 +1,150 @@
+import type {
+  Annotation,
+  AnnotatorId,
+  BillingCompleted,
+  BillingFailed,
+  BillingRefunded,
+  LabelSubmitted,
+  ProjectId,
+  QaPassed,
+  QaRejected,
+  QaTimedOut,
+  TaskAssigned,
+  TaskCancelled,
+  TaskId,
+  TaskReopened,
+} from '@labelflow/contracts';
+import type { EventDraft } from '@labelflow/service-kit';
+
+export const LabelStatus = { submitted: 'submitted', accepted: 'accepted', rejected: 'rejected', voided: 'voided' } as const;
+export type LabelStatus = (typeof LabelStatus)[keyof typeof LabelStatus];
+
+/** Why a label set was voided: the saga step that undid it. */
+export const VoidReason = { qaTimedOut: 'QA_TIMED_OUT', billingFailed: 'BILLING_FAILED', cancelled: 'CANCELLED', superseded: 'SUPERSEDED' } as const;
+export type VoidReason = (typeof VoidReason)[keyof typeof VoidReason];
+
+/** Who may label the task now; learnt from TaskAssigned, since label-svc shares no database. */
+export interface Assignment {
+  readonly projectId: ProjectId;
+  /** The newest attempt seen; kept while the attempt is unclaimed so older assignments stay stale. */
+  readonly attempt: number;
+  /** Null between TaskReopened and the new attempt's TaskAssigned (and once cancelled): nobody may submit then. */
+  readonly annotatorId: AnnotatorId | null;
+  /** ISO instant from which the assignee's labels are refused (task-svc reopens the task then). */
+  readonly leaseExpiresAt: string | null;
+  readonly version: number;
+}
+
+export interface Label {
+  readonly attempt: number;
+  readonly annotatorId: AnnotatorId;
+  readonly annotations: readonly Annotation[];
+  readonly status: LabelStatus;
+  /** Set exactly when status is voided. */
+  readonly voidReason: VoidReason | null;
+}
+
+export interface LabelTaskState {
+  readonly taskId: TaskId;
+  /**
+   * The task's row in label-svc. TaskCancelled creates it even for a task label-svc never saw (a
+   * tombstone), so an assignment or review outcome arriving after the cancellation finds it.
+   */
+  readonly assignment: Assignment | null;
+  /** Absorbing: once true, every later event for the task is ignored and submissions refused. */
+  readonly cancelled: boolean;
+  /** One label set per attempt, newest last. */
+  readonly labels: readonly Label[];
+}
+
+/** Events from other services that label-svc observes and folds into its state. */
+export type LabelObservedEvent = EventDraft<
+  TaskAssigned | TaskReopened | TaskCancelled | QaPassed | QaRejected | QaTimedOut | BillingFailed | BillingCompleted | BillingRefunded
+>;
+export type LabelStateEvent = LabelObservedEvent | EventDraft<LabelSubmitted>;
+
+export const emptyState = (taskId: TaskId): LabelTaskState => ({ taskId, assignment: null, cancelled: false, labels: [] });
+
+export const labelOf = (state: LabelTaskState, attempt: number): Label | undefined => state.labels.find((l) => l.attempt === attempt);
+
+/** Normalised so a replayed assignment compares equal to the stored one (the database returns UTC). */
+const isoOrNull = (iso: string | undefined): string | null => (iso === undefined ? null : new Date(iso).toISOString());
+
+const updateLabels = (state: LabelTaskState, change: (label: Label) => Label): LabelTaskState => {
+  let changed = false;
+  const labels = state.labels.map((l) => {
+    const next = change(l);
+    if (next !== l) changed = true;
+    return next;
+  });
+  return changed ? { ...state, labels } : state;
+};
+
+const toStatus = (label: Label, status: LabelStatus): Label => (label.status === status && label.voidReason === null ? label : { ...label, status, voidReason: null });
+const toVoided = (label: Label, reason: VoidReason): Label => (label.status === LabelStatus.voided ? label : { ...label, status: LabelStatus.voided, voidReason: reason });
+const onAttempt = (attempt: number, change: (label: Label) => Label) => (label: Label) => (label.attempt === attempt ? change(label) : label);
+
+/** True when a billing failure voided the label: the one void a later successful billing undoes. */
+export const voidedByBilling = (label: Label): boolean => label.status === LabelStatus.voided && label.voidReason === VoidReason.billingFailed;
+
+export function evolve(state: LabelTaskState, event: LabelStateEvent): LabelTaskState {
+  // A cancelled task is a tombstone: nothing that arrives later can revive or change it.
+  if (state.cancelled) return state;
+  switch (event.type) {
+    case 'TaskAssigned': {
+      const current = state.assignment;
+      const leaseExpiresAt = isoOrNull(event.payload.leaseExpiresAt);
+      if (current && event.attempt < current.attempt) return state;
+      if (current && current.attempt === event.attempt && current.annotatorId === event.payload.annotatorId && current.leaseExpiresAt === leaseExpiresAt) return state;
+      return { ...state, assignment: { projectId: event.projectId, attempt: event.attempt, annotatorId: event.payload.annotatorId, leaseExpiresAt, version: current?.version ?? 0 } };
+    }
+    case 'TaskReopened': {
+      // The previous assignee's claim ends with their attempt; the new attempt waits for its claim.
+      const current = state.assignment;
+      if (current && event.attempt <= current.attempt) return state;
+      const reopened = { ...state, assignment: { projectId: event.projectId, attempt: event.attempt, annotatorId: null, leaseExpiresAt: null, version: current?.version ?? 0 } };
+      // Labels of an older attempt that were never reviewed will never be: the attempt is over.
+      return updateLabels(reopened, (l) => (l.attempt < event.attempt && l.status === LabelStatus.submitted ? toVoided(l, VoidReason.superseded) : l));
+    }
+    case 'TaskCancelled': {
+      const current = state.assignment;
+      const cancelled: LabelTaskState = {
+        ...state,
+        cancelled: true,
+        assignment: {
+          projectId: current?.projectId ?? event.projectId,
+          attempt: Math.max(current?.attempt ?? 0, event.attempt),
+          annotatorId: null,
+          leaseExpiresAt: null,
+          version: current?.version ?? 0,
+        },
+      };
+      return updateLabels(cancelled, (l) => (l.status === LabelStatus.submitted || l.status === LabelStatus.accepted ? toVoided(l, VoidReason.cancelled) : l));
+    }
+    case 'LabelSubmitted':
+      if (labelOf(state, event.attempt)) return state;
+      return {
+        ...state,
+        labels: [...state.labels, { attempt: event.attempt, annotatorId: event.payload.annotatorId, annotations: event.payload.annotations, status: LabelStatus.submitted, voidReason: null }],
+      };
+    case 'QaPassed':
+      return updateLabels(state, onAttempt(event.attempt, (l) => (l.status === LabelStatus.voided ? l : toStatus(l, LabelStatus.accepted))));
+    case 'QaRejected':
+      return updateLabels(state, onAttempt(event.attempt, (l) => (l.status === LabelStatus.voided ? l : toStatus(l, LabelStatus.rejected))));
+    case 'QaTimedOut':
+      return updateLabels(state, onAttempt(event.attempt, (l) => toVoided(l, VoidReason.qaTimedOut)));
+    case 'BillingFailed':
+      return updateLabels(state, onAttempt(event.attempt, (l) => toVoided(l, VoidReason.billingFailed)));
+    case 'BillingCompleted':
+      // Billing succeeded: after an admin retry (undoing the billing failure) or ahead of QaPassed.
+      return updateLabels(state, onAttempt(event.attempt, (l) => (voidedByBilling(l) || l.status === LabelStatus.submitted ? toStatus(l, LabelStatus.accepted) : l)));
+    case 'BillingRefunded':
+      // A TASK_CANCELLED refund needs nothing here: TaskCancelled voided the labels.
+      if (event.payload.reason !== 'ATTEMPT_SUPERSEDED') return state;
+      return updateLabels(state, onAttempt(event.attempt, (l) => toVoided(l, VoidReason.superseded)));
+    default: {
+      const unhandled: never = event;
+      return unhandled;
+    }
+  }
+}

@@ -1,0 +1,51 @@
+import { coreMigrations, type Migration } from '@labelflow/service-kit';
+
+export const migrations: readonly Migration[] = [
+  ...coreMigrations,
+  {
+    version: 2,
+    name: 'assignments and labels',
+    sql: `
+CREATE TABLE assignments (
+  task_id      uuid        PRIMARY KEY,
+  project_id   uuid        NOT NULL,
+  attempt      integer     NOT NULL CHECK (attempt >= 1),
+  annotator_id text        NOT NULL,
+  version      integer     NOT NULL,
+  updated_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE labels (
+  task_id      uuid        NOT NULL,
+  attempt      integer     NOT NULL CHECK (attempt >= 1),
+  annotator_id text        NOT NULL,
+  annotations  jsonb       NOT NULL,
+  status       text        NOT NULL,
+  submitted_at timestamptz NOT NULL DEFAULT now(),
+  updated_at   timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (task_id, attempt)
+);`,
+  },
+  {
+    version: 3,
+    name: 'assignments may be unclaimed',
+    // A reopened task keeps its row (and so its newest attempt) with nobody assigned until claimed.
+    sql: 'ALTER TABLE assignments ALTER COLUMN annotator_id DROP NOT NULL;',
+  },
+  {
+    version: 4,
+    name: 'leases, cancellation tombstones and voided labels',
+    // cancelled_at makes the task's row a tombstone: TaskCancelled creates it even for a task never
+    // seen, so later events for the task are ignored. A voided label records which step undid it.
+    sql: `
+ALTER TABLE assignments ADD COLUMN lease_expires_at timestamptz, ADD COLUMN cancelled_at timestamptz;
+ALTER TABLE labels ADD COLUMN void_reason text;
+ALTER TABLE labels ADD CONSTRAINT labels_void_reason CHECK ((status = 'voided') = (void_reason IS NOT NULL));`,
+  },
+  {
+    version: 5,
+    name: 'snowflake task ids',
+    sql: `
+ALTER TABLE assignments ALTER COLUMN task_id TYPE text USING task_id::text;
+ALTER TABLE labels ALTER COLUMN task_id TYPE text USING task_id::text;`,
+  },
+];
