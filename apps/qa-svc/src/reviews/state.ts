@@ -1,0 +1,151 @@
+import type {
+  AnnotatorId,
+  BillingCompleted,
+  BillingFailed,
+  BillingRefunded,
+  LabelSubmitted,
+  ProjectId,
+  QaPassed,
+  QaRejected,
+  QaStarted,
+  QaTimedOut,
+  ReviewerId,
+  TaskCancelled,
+  TaskId,
+  TaskReopened,
+} from '@labelflow/contracts';
+import type { EventDraft } from '@labelflow/service-kit';
+
+export const ReviewStatus = {
+  pending: 'pending',
+  passed: 'passed',
+  rejected: 'rejected',
+  timedOut: 'timed_out',
+  /** A pass that was undone (billing failed, task cancelled, attempt superseded). */
+  revoked: 'revoked',
+  /** A pending review that will never be decided (task cancelled, attempt superseded). */
+  voided: 'voided',
+} as const;
+export type ReviewStatus = (typeof ReviewStatus)[keyof typeof ReviewStatus];
+
+/** Why a review was revoked or voided. */
+export const CloseReason = { billingFailed: 'BILLING_FAILED', cancelled: 'CANCELLED', superseded: 'SUPERSEDED' } as const;
+export type CloseReason = (typeof CloseReason)[keyof typeof CloseReason];
+
+export interface Review {
+  readonly attempt: number;
+  readonly projectId: ProjectId;
+  readonly annotatorId: AnnotatorId;
+  readonly status: ReviewStatus;
+  readonly reviewerId: ReviewerId | null;
+  readonly reason: string | null;
+  /** ISO instant after which a still-pending review times out (the review SLA). */
+  readonly deadlineAt: string | null;
+  /** Set exactly when status is revoked or voided. */
+  readonly closeReason: CloseReason | null;
+}
+
+export interface ReviewTaskState {
+  readonly taskId: TaskId;
+  /** One review per labelled attempt, oldest first. */
+  readonly reviews: readonly Review[];
+  /**
+   * The newest attempt task-svc announced (TaskReopened), 0 if none: kept in the task's row, which
+   * exists even when no review does (a tombstone), so labels of an older attempt arriving late are stale.
+   */
+  readonly reopenedAttempt: number;
+  /** Absorbing: once true, later events for the task are ignored and decisions refused. */
+  readonly cancelled: boolean;
+}
+
+/**
+ * qa-svc's own record that a review's SLA clock started. Never published: the public QaStarted
+ * carries no deadline, so the decision adds this local event, folded right after QaStarted.
+ */
+export interface ReviewDeadlineSet {
+  readonly type: 'ReviewDeadlineSet';
+  readonly taskId: TaskId;
+  readonly attempt: number;
+  readonly deadlineAt: string;
+}
+
+/** Events from other services that qa-svc reacts to besides LabelSubmitted. */
+export type ReviewObservedEvent = EventDraft<TaskReopened | TaskCancelled | BillingFailed | BillingCompleted | BillingRefunded>;
+export type ReviewStateEvent = EventDraft<LabelSubmitted | QaStarted | QaPassed | QaRejected | QaTimedOut> | ReviewObservedEvent | ReviewDeadlineSet;
+
+export const emptyState = (taskId: TaskId): ReviewTaskState => ({ taskId, reviews: [], reopenedAttempt: 0, cancelled: false });
+export const latestReview = (state: ReviewTaskState): Review | undefined => state.reviews[state.reviews.length - 1];
+export const reviewOf = (state: ReviewTaskState, attempt: number): Review | undefined => state.reviews.find((r) => r.attempt === attempt);
+/** The newest attempt qa-svc knows of, from a review or from a reopen. */
+export const knownAttempt = (state: ReviewTaskState): number => Math.max(state.reopenedAttempt, latestReview(state)?.attempt ?? 0);
+
+/** Applies `change` to every review; keeps the state (and unchanged reviews) identical otherwise. */
+const updateReviews = (state: ReviewTaskState, change: (review: Review) => Review): ReviewTaskState => {
+  let changed = false;
+  const reviews = state.reviews.map((r) => {
+    const next = change(r);
+    if (next !== r) changed = true;
+    return next;
+  });
+  return changed ? { ...state, reviews } : state;
+};
+
+/** Changes the review of `attempt` if it is in status `from`. */
+const transition = (state: ReviewTaskState, attempt: number, from: ReviewStatus, change: Partial<Review>): ReviewTaskState =>
+  updateReviews(state, (r) => (r.attempt === attempt && r.status === from ? { ...r, ...change } : r));
+
+const close = (status: typeof ReviewStatus.revoked | typeof ReviewStatus.voided, closeReason: CloseReason): Partial<Review> => ({ status, closeReason });
+
+export function evolve(state: ReviewTaskState, event: ReviewStateEvent): ReviewTaskState {
+  // A cancelled task is a tombstone: nothing that arrives later can revive or change it.
+  if (state.cancelled) return state;
+  switch (event.type) {
+    case 'LabelSubmitted':
+      // The review item opens with QaStarted, which the decision emits alongside.
+      return state;
+    case 'QaStarted':
+      if (reviewOf(state, event.attempt)) return state;
+      return {
+        ...state,
+        reviews: [
+          ...state.reviews,
+          { attempt: event.attempt, projectId: event.projectId, annotatorId: event.payload.annotatorId, status: ReviewStatus.pending, reviewerId: null, reason: null, deadlineAt: null, closeReason: null },
+        ],
+      };
+    case 'ReviewDeadlineSet':
+      return transition(state, event.attempt, ReviewStatus.pending, { deadlineAt: event.deadlineAt });
+    case 'QaPassed':
+      return transition(state, event.attempt, ReviewStatus.pending, { status: ReviewStatus.passed, reviewerId: event.payload.reviewerId, reason: null });
+    case 'QaRejected':
+      return transition(state, event.attempt, ReviewStatus.pending, { status: ReviewStatus.rejected, reviewerId: event.payload.reviewerId, reason: event.payload.reason });
+    case 'QaTimedOut':
+      return transition(state, event.attempt, ReviewStatus.pending, { status: ReviewStatus.timedOut });
+    case 'TaskReopened': {
+      if (event.attempt <= state.reopenedAttempt) return state;
+      const reopened = { ...state, reopenedAttempt: event.attempt };
+      return updateReviews(reopened, (r) => (r.attempt < event.attempt && r.status === ReviewStatus.pending ? { ...r, ...close(ReviewStatus.voided, CloseReason.superseded) } : r));
+    }
+    case 'TaskCancelled':
+      return updateReviews({ ...state, cancelled: true }, (r) => {
+        if (r.status === ReviewStatus.pending) return { ...r, ...close(ReviewStatus.voided, CloseReason.cancelled) };
+        if (r.status === ReviewStatus.passed) return { ...r, ...close(ReviewStatus.revoked, CloseReason.cancelled) };
+        return r;
+      });
+    case 'BillingFailed':
+      return transition(state, event.attempt, ReviewStatus.passed, close(ReviewStatus.revoked, CloseReason.billingFailed));
+    case 'BillingCompleted': {
+      // An admin retried billing after the failure and it went through: the pass stands again.
+      const review = reviewOf(state, event.attempt);
+      if (review?.status !== ReviewStatus.revoked || review.closeReason !== CloseReason.billingFailed) return state;
+      return transition(state, event.attempt, ReviewStatus.revoked, { status: ReviewStatus.passed, closeReason: null });
+    }
+    case 'BillingRefunded':
+      // A TASK_CANCELLED refund needs nothing here: TaskCancelled revoked the pass.
+      if (event.payload.reason !== 'ATTEMPT_SUPERSEDED') return state;
+      return transition(state, event.attempt, ReviewStatus.passed, close(ReviewStatus.revoked, CloseReason.superseded));
+    default: {
+      const unhandled: never = event;
+      return unhandled;
+    }
+  }
+}
