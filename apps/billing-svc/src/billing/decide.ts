@@ -1,0 +1,108 @@
+import type { BillingCompleted, BillingEvent, BillingFailed, BillingFailureReason, BillingRefunded, QaPassed, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
+import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
+import { billingOf, BillingStatus, type AttemptBilling, type BillingTaskState } from './state';
+
+export type BillingCommand =
+  /** QA approved an attempt. `failurePrefix` is the test fault switch: annotators it matches fail. */
+  | { readonly type: 'BillTask'; readonly event: EventDraft<QaPassed>; readonly failurePrefix: string }
+  /** An admin retries the failed billing of the task's latest attempt (after a top-up). */
+  | { readonly type: 'RetryBilling'; readonly taskId: TaskId; readonly failurePrefix: string }
+  | { readonly type: 'Observe'; readonly event: EventDraft<TaskCancelled | TaskReopened> };
+
+export const BillingRejections = {
+  ALREADY_BILLED: 'ALREADY_BILLED',
+  TASK_CANCELLED: 'TASK_CANCELLED',
+  ATTEMPT_SUPERSEDED: 'ATTEMPT_SUPERSEDED',
+  NOTHING_TO_RETRY: 'NOTHING_TO_RETRY',
+  INSUFFICIENT_BUDGET: 'INSUFFICIENT_BUDGET',
+  PROJECT_NOT_FOUND: 'PROJECT_NOT_FOUND',
+  INJECTED_FAILURE: 'INJECTED_FAILURE',
+} as const;
+export type BillingRejection = Rejection<(typeof BillingRejections)[keyof typeof BillingRejections]>;
+export type BillingDecision = Decision<EventDraft<BillingEvent>, BillingRejection>;
+
+const accept = (...events: EventDraft<BillingEvent>[]): BillingDecision => ({ ok: true, events });
+const reject = (code: BillingRejection['code'], message: string): BillingDecision => ({ ok: false, reason: { code, message } });
+
+export function decide(command: BillingCommand, state: BillingTaskState): BillingDecision {
+  switch (command.type) {
+    case 'BillTask':
+      return billTask(command.event, injected(command.failurePrefix, command.event.payload.annotatorId), state);
+    case 'RetryBilling': {
+      const latest = state.billings[state.billings.length - 1];
+      return retry(latest !== undefined && injected(command.failurePrefix, latest.annotatorId), state);
+    }
+    case 'Observe':
+      return command.event.type === 'TaskCancelled' ? refundAll(command.event, state) : refundSuperseded(command.event, state);
+    default: {
+      const unhandled: never = command;
+      return unhandled;
+    }
+  }
+}
+
+const injected = (prefix: string, annotatorId: string) => prefix !== '' && annotatorId.startsWith(prefix);
+
+type Charge = { readonly ok: true } | { readonly ok: false; readonly reason: BillingFailureReason; readonly detail: string };
+
+/** Whether the project can pay for one more task now. */
+function chargeable({ project, taskId }: BillingTaskState, injectFailure: boolean): Charge {
+  if (injectFailure) return { ok: false, reason: 'INJECTED_FAILURE', detail: `billing of task ${taskId} failed by fault injection` };
+  if (!project) return { ok: false, reason: 'PROJECT_NOT_FOUND', detail: `the task's project does not exist` };
+  if (project.balance < project.pricePerTask) {
+    return { ok: false, reason: 'INSUFFICIENT_BUDGET', detail: `project ${project.projectId} has ${project.balance} cents left; a task costs ${project.pricePerTask}` };
+  }
+  return { ok: true };
+}
+
+function billTask(event: EventDraft<QaPassed>, injectFailure: boolean, state: BillingTaskState): BillingDecision {
+  if (state.cancelled) return reject('TASK_CANCELLED', `task ${event.taskId} was cancelled before its approval arrived`);
+  if (event.attempt < state.latestAttempt) return reject('ATTEMPT_SUPERSEDED', `attempt ${event.attempt} was superseded by attempt ${state.latestAttempt}`);
+  const billed = billingOf(state, event.attempt);
+  if (billed && billed.status !== BillingStatus.failed) return reject('ALREADY_BILLED', `task ${event.taskId} attempt ${event.attempt} is already ${billed.status}`);
+  const charge = chargeable(state, injectFailure);
+  const base = { version: 1, taskId: event.taskId, projectId: event.projectId, attempt: event.attempt } as const;
+  if (!charge.ok) {
+    const failed: EventDraft<BillingFailed> = { ...base, type: 'BillingFailed', payload: { annotatorId: event.payload.annotatorId, reason: charge.reason, detail: charge.detail } };
+    return accept(failed);
+  }
+  const completed: EventDraft<BillingCompleted> = { ...base, type: 'BillingCompleted', payload: { annotatorId: event.payload.annotatorId, amount: state.project?.pricePerTask ?? 0 } };
+  return accept(completed);
+}
+
+function retry(injectFailure: boolean, state: BillingTaskState): BillingDecision {
+  if (state.cancelled) return reject('TASK_CANCELLED', `task ${state.taskId} was cancelled`);
+  const latest = state.billings[state.billings.length - 1];
+  if (!latest || latest.status !== BillingStatus.failed) return reject('NOTHING_TO_RETRY', `task ${state.taskId} has no failed billing to retry`);
+  if (latest.attempt < state.latestAttempt) return reject('ATTEMPT_SUPERSEDED', `attempt ${latest.attempt} was superseded by attempt ${state.latestAttempt}`);
+  const charge = chargeable(state, injectFailure);
+  // A retry that still cannot pay changes nothing: the task stays failed, the admin is told why.
+  if (!charge.ok) return reject(charge.reason, charge.detail);
+  return accept({
+    type: 'BillingCompleted',
+    version: 1,
+    taskId: latest.taskId,
+    projectId: latest.projectId,
+    attempt: latest.attempt,
+    payload: { annotatorId: latest.annotatorId, amount: state.project?.pricePerTask ?? latest.amount },
+  });
+}
+
+const refund = (billing: AttemptBilling, reason: BillingRefunded['payload']['reason']): EventDraft<BillingRefunded> => ({
+  type: 'BillingRefunded',
+  version: 1,
+  taskId: billing.taskId,
+  projectId: billing.projectId,
+  attempt: billing.attempt,
+  payload: { annotatorId: billing.annotatorId, amount: billing.amount, reason },
+});
+
+/** A cancelled task keeps nothing billed: every completed attempt is refunded. */
+function refundAll(_event: EventDraft<TaskCancelled>, state: BillingTaskState): BillingDecision {
+  return accept(...state.billings.filter((b) => b.status === BillingStatus.completed).map((b) => refund(b, 'TASK_CANCELLED')));
+}
+
+/** A billed attempt that a newer attempt replaced (a race between a reopen and an approval) is refunded. */
+function refundSuperseded(event: EventDraft<TaskReopened>, state: BillingTaskState): BillingDecision {
+  return accept(...state.billings.filter((b) => b.status === BillingStatus.completed && b.attempt < event.attempt).map((b) => refund(b, 'ATTEMPT_SUPERSEDED')));
+}

@@ -1,0 +1,118 @@
+import { describe, expect, it } from 'vitest';
+import type { AnnotatorId, ProjectId, QaPassed, ReviewerId, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
+import type { EventDraft } from '@labelflow/service-kit';
+import { decide, type BillingCommand, type BillingDecision } from './decide';
+import { emptyBilling, evolve, type BillingStateEvent, type BillingTaskState, type ProjectBudget } from './state';
+
+const taskId = '11111111-1111-4111-8111-111111111111' as TaskId;
+const projectId = '22222222-2222-4222-8222-222222222222' as ProjectId;
+const ann = 'ann-1' as AnnotatorId;
+const envelope = (attempt: number) => ({ version: 1 as const, taskId, projectId, attempt });
+
+const qaPassed = (attempt = 1, annotatorId: AnnotatorId = ann): EventDraft<QaPassed> => ({ ...envelope(attempt), type: 'QaPassed', payload: { annotatorId, reviewerId: 'rev-1' as ReviewerId } });
+const cancelled = (attempt = 1): EventDraft<TaskCancelled> => ({ ...envelope(attempt), type: 'TaskCancelled', payload: { reason: 'withdrawn', cancelledBy: 'admin', previousStatus: 'completed' } });
+const reopened = (attempt: number): EventDraft<TaskReopened> => ({ ...envelope(attempt), type: 'TaskReopened', payload: { reason: 'LEASE_EXPIRED', previousAttempt: attempt - 1, previousAnnotatorId: ann } });
+const project = (balance: number, pricePerTask = 500): ProjectBudget => ({ projectId, pricePerTask, balance, version: 3 });
+
+const bill = (event = qaPassed(), failurePrefix = ''): BillingCommand => ({ type: 'BillTask', event, failurePrefix });
+const retry = (failurePrefix = ''): BillingCommand => ({ type: 'RetryBilling', taskId, failurePrefix });
+const observe = (event: EventDraft<TaskCancelled | TaskReopened>): BillingCommand => ({ type: 'Observe', event });
+
+/** Given a starting budget and events, the state; then a command's decision and the state after. */
+const given = (budget: ProjectBudget | null, ...events: BillingStateEvent[]) => events.reduce(evolve, emptyBilling(taskId, budget));
+const run = (state: BillingTaskState, command: BillingCommand) => {
+  const decision = decide(command, state);
+  const observed: BillingStateEvent[] = command.type === 'Observe' ? [command.event] : [];
+  return { decision, after: decision.ok ? [...observed, ...decision.events].reduce(evolve, state) : state };
+};
+const types = (d: BillingDecision) => (d.ok ? d.events.map((e) => e.type) : []);
+const code = (d: BillingDecision) => (d.ok ? undefined : d.reason.code);
+const completed = (state: BillingTaskState, command = bill()) => run(state, command).after;
+
+describe('billing-svc: billing an approved attempt', () => {
+  it('debits the price when the budget covers it and names the annotator paid', () => {
+    const { decision, after } = run(given(project(1_000)), bill());
+    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingCompleted', payload: { annotatorId: ann, amount: 500 } }] });
+    expect(after.project?.balance).toBe(500);
+  });
+
+  it('fails with INSUFFICIENT_BUDGET and moves no money when the budget is short', () => {
+    const { decision, after } = run(given(project(499)), bill());
+    expect(decision.ok && decision.events[0]?.type === 'BillingFailed' && decision.events[0].payload.reason).toBe('INSUFFICIENT_BUDGET');
+    expect(after.project?.balance).toBe(499);
+  });
+
+  it('fails with PROJECT_NOT_FOUND when the project does not exist', () => {
+    const { decision } = run(given(null), bill());
+    expect(decision.ok && decision.events[0]?.type === 'BillingFailed' && decision.events[0].payload.reason).toBe('PROJECT_NOT_FOUND');
+  });
+
+  it('fails with INJECTED_FAILURE for annotators matching the fault prefix, whatever the budget', () => {
+    const { decision } = run(given(project(10_000)), bill(qaPassed(1, 'fail-bob' as AnnotatorId), 'fail-'));
+    expect(decision.ok && decision.events[0]?.type === 'BillingFailed' && decision.events[0].payload.reason).toBe('INJECTED_FAILURE');
+  });
+
+  it('refuses to bill an attempt twice', () => {
+    expect(code(decide(bill(), completed(given(project(5_000)))))).toBe('ALREADY_BILLED');
+  });
+
+  it('bills attempt 2 after attempt 1 failed', () => {
+    const failed = completed(given(project(100)));
+    const { decision } = run({ ...failed, project: project(1_000) }, bill(qaPassed(2)));
+    expect(types(decision)).toEqual(['BillingCompleted']);
+  });
+});
+
+describe('billing-svc: retrying a failed billing', () => {
+  it('bills the failed attempt once the budget was topped up', () => {
+    const failed = completed(given(project(100)));
+    const { decision, after } = run({ ...failed, project: project(1_000) }, retry());
+    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingCompleted', payload: { annotatorId: ann, amount: 500 } }] });
+    expect(after.billings.map((b) => b.status)).toEqual(['completed']);
+    expect(after.project?.balance).toBe(500);
+  });
+
+  it('tells the admin the budget is still short and changes nothing', () => {
+    const failed = completed(given(project(100)));
+    expect(run(failed, retry())).toEqual({ decision: { ok: false, reason: expect.objectContaining({ code: 'INSUFFICIENT_BUDGET' }) }, after: failed });
+  });
+
+  it('has nothing to retry for a billed or never-billed task', () => {
+    expect(code(decide(retry(), given(project(1_000))))).toBe('NOTHING_TO_RETRY');
+    expect(code(decide(retry(), completed(given(project(1_000)))))).toBe('NOTHING_TO_RETRY');
+  });
+});
+
+describe('billing-svc: compensations', () => {
+  it('refunds a billed task when it is cancelled, returning the debit to the budget', () => {
+    const billed = completed(given(project(1_000)));
+    const { decision, after } = run(billed, observe(cancelled()));
+    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingRefunded', payload: { annotatorId: ann, amount: 500, reason: 'TASK_CANCELLED' } }] });
+    expect(after.project?.balance).toBe(1_000);
+    expect(after.billings.map((b) => b.status)).toEqual(['refunded']);
+  });
+
+  it('refunds nothing twice: a second cancellation finds nothing billed', () => {
+    const refunded = run(completed(given(project(1_000))), observe(cancelled())).after;
+    expect(decide(observe(cancelled()), refunded)).toEqual({ ok: true, events: [] });
+  });
+
+  it('never bills an approval that arrives after the cancellation it was overtaken by', () => {
+    const tombstone = run(given(project(1_000)), observe(cancelled())).after;
+    expect(tombstone.cancelled).toBe(true);
+    expect(code(decide(bill(), tombstone))).toBe('TASK_CANCELLED');
+  });
+
+  it('never bills the approval of an attempt that a reopening already superseded', () => {
+    const reopenedFirst = run(given(project(1_000)), observe(reopened(2))).after;
+    expect(code(decide(bill(qaPassed(1)), reopenedFirst))).toBe('ATTEMPT_SUPERSEDED');
+    expect(types(decide(bill(qaPassed(2)), reopenedFirst))).toEqual(['BillingCompleted']);
+  });
+
+  it('refunds an attempt that was billed before a newer attempt superseded it', () => {
+    const { decision, after } = run(completed(given(project(1_000))), observe(reopened(2)));
+    expect(decision.ok && decision.events[0]?.type === 'BillingRefunded' && decision.events[0].payload.reason).toBe('ATTEMPT_SUPERSEDED');
+    expect(after.project?.balance).toBe(1_000);
+    expect(after.latestAttempt).toBe(2);
+  });
+});

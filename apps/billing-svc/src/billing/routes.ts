@@ -1,0 +1,35 @@
+import type { FastifyInstance } from 'fastify';
+import type {} from '@labelflow/idempotency';
+import { z } from 'zod';
+import { TaskId } from '@labelflow/contracts';
+import { HttpError, parseInput, requireAdmin, type ServiceContext } from '@labelflow/service-kit';
+import type { BillingSvcConfig } from '../config';
+import type { BillingRejection } from './decide';
+import { executeBilling } from './execute';
+import { listBillings } from './repository';
+
+const TaskParams = z.object({ taskId: TaskId });
+const statusFor: Record<BillingRejection['code'], number> = {
+  ALREADY_BILLED: 409,
+  TASK_CANCELLED: 409,
+  ATTEMPT_SUPERSEDED: 409,
+  NOTHING_TO_RETRY: 409,
+  INSUFFICIENT_BUDGET: 409,
+  PROJECT_NOT_FOUND: 409,
+  INJECTED_FAILURE: 409,
+};
+
+export function billingRoutes(app: FastifyInstance, ctx: ServiceContext<BillingSvcConfig>): void {
+  /** After a top-up, an admin bills a task whose billing failed; the rest of the saga follows. */
+  app.post('/tasks/:taskId/billing/retry', async (request) => {
+    requireAdmin(request.headers);
+    const { taskId } = parseInput(TaskParams, request.params, 'path');
+    return request.idempotent({}, async (tx, key) => {
+      const result = await executeBilling(tx, { type: 'RetryBilling', taskId, failurePrefix: ctx.config.FAULT_BILLING_FAILURE_PREFIX });
+      if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
+      await ctx.emit(tx, result.events, key);
+      const billings = await listBillings(tx, taskId);
+      return { status: 200, body: { taskId, billings: billings.map(({ createdAt, ...b }) => ({ ...b, createdAt: createdAt.toISOString() })) } };
+    });
+  });
+}

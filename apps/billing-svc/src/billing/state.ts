@@ -1,0 +1,82 @@
+import type { AnnotatorId, BillingEvent, BillingFailureReason, Money, ProjectId, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
+import type { EventDraft } from '@labelflow/service-kit';
+
+export const BillingStatus = { completed: 'completed', failed: 'failed', refunded: 'refunded' } as const;
+export type BillingStatus = (typeof BillingStatus)[keyof typeof BillingStatus];
+
+/** The part of a project that billing decides on. */
+export interface ProjectBudget {
+  readonly projectId: ProjectId;
+  readonly pricePerTask: Money;
+  readonly balance: Money;
+  /** Optimistic concurrency: bumped on every balance change, checked by compare-and-set. */
+  readonly version: number;
+}
+
+/** The outcome of billing one attempt of a task: a failed one may be retried, a completed one refunded. */
+export interface AttemptBilling {
+  readonly taskId: TaskId;
+  readonly attempt: number;
+  readonly projectId: ProjectId;
+  readonly annotatorId: AnnotatorId;
+  readonly status: BillingStatus;
+  readonly amount: Money;
+  readonly reason: string | null;
+}
+
+/**
+ * Everything billing knows of one task. `cancelled` and `latestAttempt` are tombstones: they are
+ * recorded even when they arrive before the approval they compensate (another topic), so a late
+ * QaPassed for a cancelled task or a superseded attempt is never billed.
+ */
+export interface BillingTaskState {
+  readonly taskId: TaskId;
+  readonly project: ProjectBudget | null;
+  readonly billings: readonly AttemptBilling[];
+  readonly cancelled: boolean;
+  readonly latestAttempt: number;
+}
+
+export type BillingStateEvent = EventDraft<BillingEvent | TaskCancelled | TaskReopened>;
+
+export const emptyBilling = (taskId: TaskId, project: ProjectBudget | null = null): BillingTaskState => ({ taskId, project, billings: [], cancelled: false, latestAttempt: 1 });
+
+export const billingOf = (state: BillingTaskState, attempt: number): AttemptBilling | undefined => state.billings.find((b) => b.attempt === attempt);
+
+const upsert = (state: BillingTaskState, billing: AttemptBilling): BillingTaskState => ({
+  ...state,
+  billings: [...state.billings.filter((b) => b.attempt !== billing.attempt), billing].sort((a, b) => a.attempt - b.attempt),
+});
+
+const moveBalance = (project: ProjectBudget | null, delta: number): ProjectBudget | null => project && { ...project, balance: project.balance + delta };
+
+export function evolve(state: BillingTaskState, event: BillingStateEvent): BillingTaskState {
+  const { taskId, attempt, projectId } = event;
+  switch (event.type) {
+    case 'BillingCompleted': {
+      const { annotatorId, amount } = event.payload;
+      const billed = upsert(state, { taskId, attempt, projectId, annotatorId, status: BillingStatus.completed, amount, reason: null });
+      return { ...billed, project: moveBalance(state.project, -amount) };
+    }
+    case 'BillingFailed': {
+      // Record what the attempt would have cost, so a failed row explains the shortfall.
+      const amount = state.project?.pricePerTask ?? 0;
+      const reason: BillingFailureReason = event.payload.reason;
+      return upsert(state, { taskId, attempt, projectId, annotatorId: event.payload.annotatorId, status: BillingStatus.failed, amount, reason });
+    }
+    case 'BillingRefunded': {
+      const billing = billingOf(state, attempt);
+      if (!billing) return state;
+      const refunded = upsert(state, { ...billing, status: BillingStatus.refunded, reason: event.payload.reason });
+      return { ...refunded, project: moveBalance(state.project, event.payload.amount) };
+    }
+    case 'TaskCancelled':
+      return state.cancelled ? state : { ...state, cancelled: true };
+    case 'TaskReopened':
+      return event.attempt > state.latestAttempt ? { ...state, latestAttempt: event.attempt } : state;
+    default: {
+      const unhandled: never = event;
+      return unhandled;
+    }
+  }
+}

@@ -1,0 +1,74 @@
+import { coreMigrations, type Migration } from '@labelflow/service-kit';
+
+// Money columns are capped at 2^53 - 1 so every amount read back is an exact JS number.
+export const migrations: readonly Migration[] = [
+  ...coreMigrations,
+  {
+    version: 2,
+    name: 'projects, payouts, ledger, billings',
+    sql: `
+CREATE TABLE projects (
+  project_id     uuid        PRIMARY KEY,
+  name           text        NOT NULL,
+  currency       char(3)     NOT NULL,
+  price_per_task bigint      NOT NULL CHECK (price_per_task > 0 AND price_per_task <= 9007199254740991),
+  balance        bigint      NOT NULL CHECK (balance >= 0 AND balance <= 9007199254740991),
+  version        integer     NOT NULL,
+  created_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE payouts (
+  annotator_id text        PRIMARY KEY,
+  balance      bigint      NOT NULL CHECK (balance >= 0 AND balance <= 9007199254740991),
+  updated_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE ledger (
+  id           bigserial   PRIMARY KEY,
+  project_id   uuid        NOT NULL REFERENCES projects (project_id),
+  task_id      uuid,
+  attempt      integer,
+  kind         text        NOT NULL CHECK (kind IN ('topup', 'debit', 'credit')),
+  annotator_id text,
+  amount       bigint      NOT NULL CHECK (amount > 0),
+  created_at   timestamptz NOT NULL DEFAULT now(),
+  -- At most one debit and one credit per task attempt, whatever the code above does.
+  UNIQUE (task_id, attempt, kind)
+);
+CREATE INDEX ledger_project ON ledger (project_id, kind);
+CREATE INDEX ledger_annotator ON ledger (annotator_id, id) WHERE annotator_id IS NOT NULL;
+CREATE TABLE billings (
+  task_id      uuid        NOT NULL,
+  attempt      integer     NOT NULL CHECK (attempt >= 1),
+  project_id   uuid        NOT NULL,
+  annotator_id text        NOT NULL,
+  status       text        NOT NULL CHECK (status IN ('completed', 'failed')),
+  amount       bigint      NOT NULL CHECK (amount >= 0),
+  reason       text,
+  created_at   timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (task_id, attempt)
+);`,
+  },
+  {
+    version: 3,
+    name: 'refunds, reversals and per-task tombstones',
+    sql: `
+ALTER TABLE ledger DROP CONSTRAINT ledger_kind_check;
+ALTER TABLE ledger ADD CONSTRAINT ledger_kind_check CHECK (kind IN ('topup', 'debit', 'credit', 'refund', 'reversal'));
+ALTER TABLE billings DROP CONSTRAINT billings_status_check;
+ALTER TABLE billings ADD CONSTRAINT billings_status_check CHECK (status IN ('completed', 'failed', 'refunded'));
+ALTER TABLE billings ADD COLUMN updated_at timestamptz NOT NULL DEFAULT now();
+CREATE TABLE billing_tasks (
+  task_id        uuid        PRIMARY KEY,
+  latest_attempt integer     NOT NULL DEFAULT 1,
+  cancelled_at   timestamptz,
+  updated_at     timestamptz NOT NULL DEFAULT now()
+);`,
+  },
+  {
+    version: 4,
+    name: 'snowflake task ids',
+    sql: `
+ALTER TABLE ledger ALTER COLUMN task_id TYPE text USING task_id::text;
+ALTER TABLE billings ALTER COLUMN task_id TYPE text USING task_id::text;
+ALTER TABLE billing_tasks ALTER COLUMN task_id TYPE text USING task_id::text;`,
+  },
+];

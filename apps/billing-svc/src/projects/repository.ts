@@ -1,0 +1,119 @@
+import type { AnnotatorId, Money, ProjectId, TaskId } from '@labelflow/contracts';
+import { ServiceKitError, ServiceKitErrors, type Queryable } from '@labelflow/service-kit';
+import type { ProjectBudget } from '../billing/state';
+
+/** Project side: topup, debit, refund. Annotator side: credit, reversal (of a refunded credit). */
+export const LedgerKind = { topup: 'topup', debit: 'debit', credit: 'credit', refund: 'refund', reversal: 'reversal' } as const;
+export type LedgerKind = (typeof LedgerKind)[keyof typeof LedgerKind];
+
+export interface LedgerEntry {
+  readonly projectId: ProjectId;
+  readonly kind: LedgerKind;
+  readonly amount: Money;
+  readonly taskId: TaskId | null;
+  readonly attempt: number | null;
+  readonly annotatorId: AnnotatorId | null;
+}
+export type LedgerRecord = LedgerEntry & { readonly id: string; readonly createdAt: Date };
+
+export type ProjectRecord = ProjectBudget & { readonly name: string; readonly currency: string; readonly createdAt: Date };
+export type ProjectSummary = ProjectRecord & { readonly totalToppedUp: Money; readonly totalDebited: Money; readonly totalRefunded: Money };
+
+interface ProjectRow {
+  project_id: string;
+  name: string;
+  currency: string;
+  price_per_task: string;
+  balance: string;
+  version: number;
+  created_at: Date;
+  total_topped_up?: string;
+  total_debited?: string;
+  total_refunded?: string;
+}
+
+interface LedgerRow {
+  id: string;
+  project_id: string;
+  task_id: string | null;
+  attempt: number | null;
+  kind: string;
+  annotator_id: string | null;
+  amount: string;
+  created_at: Date;
+}
+
+// pg returns bigint as a string; every money column is capped at 2^53 - 1, so Number is exact.
+const toProject = (r: ProjectRow): ProjectRecord => ({
+  projectId: r.project_id as ProjectId,
+  name: r.name,
+  currency: r.currency,
+  pricePerTask: Number(r.price_per_task),
+  balance: Number(r.balance),
+  version: r.version,
+  createdAt: r.created_at,
+});
+
+const toLedger = (r: LedgerRow): LedgerRecord => ({
+  id: r.id,
+  projectId: r.project_id as ProjectId,
+  taskId: r.task_id as TaskId | null,
+  attempt: r.attempt,
+  kind: r.kind as LedgerKind,
+  annotatorId: r.annotator_id as AnnotatorId | null,
+  amount: Number(r.amount),
+  createdAt: r.created_at,
+});
+
+export async function insertProject(db: Queryable, p: Omit<ProjectRecord, 'version' | 'createdAt'>): Promise<void> {
+  await db.query(
+    `INSERT INTO projects (project_id, name, currency, price_per_task, balance, version) VALUES ($1, $2, $3, $4, $5, 1)`,
+    [p.projectId, p.name, p.currency, p.pricePerTask, p.balance],
+  );
+}
+
+/** `forUpdate` holds the row until commit, so balance changes on one project apply one at a time. */
+export async function loadProject(db: Queryable, projectId: ProjectId, { forUpdate = false } = {}): Promise<ProjectRecord | null> {
+  const { rows } = await db.query<ProjectRow>(`SELECT * FROM projects WHERE project_id = $1${forUpdate ? ' FOR UPDATE' : ''}`, [projectId]);
+  return rows[0] ? toProject(rows[0]) : null;
+}
+
+/** One statement, so the balance and the totals come from the same snapshot. */
+export async function loadProjectSummary(db: Queryable, projectId: ProjectId): Promise<ProjectSummary | null> {
+  const { rows } = await db.query<ProjectRow>(
+    `SELECT p.*, COALESCE(SUM(l.amount) FILTER (WHERE l.kind = 'topup'), 0) AS total_topped_up,
+            COALESCE(SUM(l.amount) FILTER (WHERE l.kind = 'debit'), 0) AS total_debited,
+            COALESCE(SUM(l.amount) FILTER (WHERE l.kind = 'refund'), 0) AS total_refunded
+     FROM projects p LEFT JOIN ledger l ON l.project_id = p.project_id
+     WHERE p.project_id = $1 GROUP BY p.project_id`,
+    [projectId],
+  );
+  const row = rows[0];
+  return row ? { ...toProject(row), totalToppedUp: Number(row.total_topped_up), totalDebited: Number(row.total_debited), totalRefunded: Number(row.total_refunded) } : null;
+}
+
+/** Compare-and-set on `version`; losing the race is a retriable conflict (consumer retries, HTTP 409). */
+export async function saveBalance(db: Queryable, projectId: ProjectId, balance: Money, previousVersion: number): Promise<void> {
+  const result = await db.query('UPDATE projects SET balance = $2, version = version + 1 WHERE project_id = $1 AND version = $3', [projectId, balance, previousVersion]);
+  if (result.rowCount !== 1) {
+    throw new ServiceKitError(ServiceKitErrors.CONCURRENT_UPDATE, `project ${projectId} changed concurrently`, { retriable: true });
+  }
+}
+
+export async function appendLedger(db: Queryable, entries: readonly LedgerEntry[]): Promise<void> {
+  for (const e of entries) {
+    await db.query(
+      'INSERT INTO ledger (project_id, task_id, attempt, kind, annotator_id, amount) VALUES ($1, $2, $3, $4, $5, $6)',
+      [e.projectId, e.taskId, e.attempt, e.kind, e.annotatorId, e.amount],
+    );
+  }
+}
+
+export async function listLedger(db: Queryable, filter: { taskId?: TaskId; annotatorId?: AnnotatorId; kind?: LedgerKind }): Promise<LedgerRecord[]> {
+  const { rows } = await db.query<LedgerRow>(
+    `SELECT * FROM ledger WHERE ($1::text IS NULL OR task_id = $1) AND ($2::text IS NULL OR annotator_id = $2)
+       AND ($3::text IS NULL OR kind = $3) ORDER BY id`,
+    [filter.taskId ?? null, filter.annotatorId ?? null, filter.kind ?? null],
+  );
+  return rows.map(toLedger);
+}
