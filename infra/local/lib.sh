@@ -1,0 +1,96 @@
+# shellcheck shell=bash
+# Shared helpers for infra/local/*.sh. Source it, do not execute it.
+#
+# Provides: REPO_ROOT, LOCAL_DIR, STARTED_DIR, log/warn/die, have, port_open,
+# wait_port_closed, apt_install, mark_started/unmark_started/is_marked_started,
+# ensure_local_dir.
+
+# Repo root = two levels above this file (infra/local/lib.sh).
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+LOCAL_DIR="${LABELFLOW_LOCAL_DIR:-$REPO_ROOT/.local}"
+STARTED_DIR="$LOCAL_DIR/started"
+export REPO_ROOT LOCAL_DIR STARTED_DIR
+
+_log_prefix() { printf '[%s %s]' "$(date +%H:%M:%S)" "${LOG_TAG:-local}"; }
+log() { printf '%s %s\n' "$(_log_prefix)" "$*" >&2; }
+warn() { printf '%s WARN: %s\n' "$(_log_prefix)" "$*" >&2; }
+die() {
+  printf '%s ERROR: %s\n' "$(_log_prefix)" "$*" >&2
+  exit 1
+}
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# Creates <repo>/.local (self-ignoring via its own .gitignore) and .local/started.
+ensure_local_dir() {
+  mkdir -p "$LOCAL_DIR" "$STARTED_DIR"
+  if [[ ! -f "$LOCAL_DIR/.gitignore" ]]; then
+    printf '# local state of infra/local/*.sh, never commit\n*\n' >"$LOCAL_DIR/.gitignore"
+  fi
+}
+
+# port_open HOST PORT -> 0 if a TCP connect succeeds within 1s.
+port_open() {
+  local host="$1" port="$2"
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  timeout 1 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$host" "$port" >/dev/null 2>&1
+}
+
+# wait_port_closed HOST PORT SECONDS -> 0 once nothing accepts on the port.
+wait_port_closed() {
+  local host="$1" port="$2" secs="$3" i
+  for ((i = 0; i < secs * 5; i++)); do
+    port_open "$host" "$port" || return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# is_local_host HOST -> 0 for loopback names.
+is_local_host() {
+  case "$1" in
+    127.0.0.1 | localhost | ::1 | "") return 0 ;;
+    *) return 1 ;;
+  esac
+}
+
+# apt_install PKG... : installs Debian packages (as root, or via sudo).
+apt_install() {
+  local -a sudo_cmd=()
+  if [[ "$(id -u)" -ne 0 ]]; then
+    have sudo || die "need root (or sudo) to apt-get install $*"
+    sudo_cmd=(sudo)
+  fi
+  have apt-get || die "apt-get not found; install manually: $*"
+  log "installing Debian packages: $*"
+  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+# Markers in .local/started/<name>: what these scripts started themselves, so
+# that "stop-started" / "stack.sh down" stop only those.
+mark_started() { # NAME CONTENT
+  ensure_local_dir
+  printf '%s\n' "$2" >"$STARTED_DIR/$1"
+}
+unmark_started() { rm -f "$STARTED_DIR/$1"; }
+is_marked_started() { [[ -f "$STARTED_DIR/$1" ]]; }
+read_marker() { cat "$STARTED_DIR/$1"; }
+
+# pid_alive PID -> 0 if the process exists (and is not a zombie).
+pid_alive() {
+  local pid="$1" state
+  [[ -n "$pid" ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  state="$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)"
+  [[ "$state" != "Z" ]]
+}
+
+# pid_cmdline_has PID STRING -> 0 if the process command line contains STRING
+# (guards against pid reuse).
+pid_cmdline_has() {
+  local pid="$1" needle="$2"
+  [[ -r "/proc/$pid/cmdline" ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$needle"
+}

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Local Redis for development and integration tests, no Docker.
+#
+# Usage:
+#   infra/local/redis.sh ensure
+#       Make sure Redis answers PING at $REDIS_HOST:$REDIS_PORT; installs Debian's
+#       redis-server if needed and starts one (no persistence) under .local/.
+#   infra/local/redis.sh start-instance --port P [--dir D]
+#       Start a PRIVATE throwaway redis-server on 127.0.0.1:P (no persistence,
+#       daemonized; pidfile and log in D, default <repo>/.local/redis-P).
+#   infra/local/redis.sh stop-instance --port P [--dir D] [--mode nosave|kill] [--rm]
+#       Stop it: SHUTDOWN NOSAVE (default) or SIGKILL (crash-like). --rm deletes D.
+#   infra/local/redis.sh status          State of $REDIS_HOST:$REDIS_PORT.
+#   infra/local/redis.sh stop-started    Stop the server only if "ensure" started it.
+#
+# Env: REDIS_HOST=127.0.0.1 REDIS_PORT=6379 REDIS_WAIT_SECONDS=30
+set -euo pipefail
+
+# shellcheck source=infra/local/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+LOG_TAG="redis"
+
+REDIS_HOST="${REDIS_HOST:-127.0.0.1}"
+REDIS_PORT="${REDIS_PORT:-6379}"
+REDIS_WAIT_SECONDS="${REDIS_WAIT_SECONDS:-30}"
+STARTED_NAME="redis-$REDIS_PORT"
+
+usage() {
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}" >&2
+  exit 2
+}
+
+redis_answers() { # HOST PORT
+  local out
+  have redis-cli || return 1
+  out="$(timeout 3 redis-cli -h "$1" -p "$2" ping 2>/dev/null)" || return 1
+  [[ "$out" == "PONG" ]]
+}
+
+ensure_binaries() {
+  if have redis-server && have redis-cli; then
+    return 0
+  fi
+  apt_install redis-server
+  have redis-server || die "redis-server not found after install"
+}
+
+INST_PORT=""
+INST_DIR=""
+INST_MODE="nosave"
+INST_RM=0
+parse_instance_args() {
+  while (($#)); do
+    case "$1" in
+      --port) INST_PORT="${2:?--port needs a value}"; shift 2 ;;
+      --dir) INST_DIR="${2:?--dir needs a value}"; shift 2 ;;
+      --mode) INST_MODE="${2:?--mode needs a value}"; shift 2 ;;
+      --rm) INST_RM=1; shift ;;
+      *) die "unknown argument: $1" ;;
+    esac
+  done
+  [[ "$INST_PORT" =~ ^[0-9]+$ ]] || die "--port P is required"
+  INST_DIR="${INST_DIR:-$LOCAL_DIR/redis-$INST_PORT}"
+  case "$INST_DIR" in /*) ;; *) INST_DIR="$PWD/$INST_DIR" ;; esac
+  [[ "$INST_DIR" == "/" ]] || INST_DIR="${INST_DIR%/}"
+  case "$INST_MODE" in nosave | kill) ;; *) die "--mode must be nosave|kill" ;; esac
+}
+
+instance_pid() {
+  local pid
+  [[ -f "$INST_DIR/redis.pid" ]] || return 1
+  pid="$(cat "$INST_DIR/redis.pid")"
+  pid_alive "$pid" && pid_cmdline_has "$pid" ":$INST_PORT" || return 1
+  printf '%s\n' "$pid"
+}
+
+start_instance() {
+  local pid i
+  ensure_binaries
+  if pid="$(instance_pid)"; then
+    log "private Redis already running on 127.0.0.1:$INST_PORT (pid $pid)"
+    return 0
+  fi
+  if port_open 127.0.0.1 "$INST_PORT"; then
+    die "port $INST_PORT is already in use by something else"
+  fi
+  ensure_local_dir
+  mkdir -p "$INST_DIR"
+  rm -f "$INST_DIR/redis.pid"
+  log "starting private Redis on 127.0.0.1:$INST_PORT ($INST_DIR)"
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$INST_PORT" \
+    --save "" --appendonly no --dir "$INST_DIR" \
+    --pidfile "$INST_DIR/redis.pid" --logfile "$INST_DIR/redis.log" \
+    --protected-mode yes --databases 16 >&2
+  for ((i = 0; i < REDIS_WAIT_SECONDS * 10; i++)); do
+    if redis_answers 127.0.0.1 "$INST_PORT"; then
+      log "private Redis ready: redis://127.0.0.1:$INST_PORT"
+      return 0
+    fi
+    sleep 0.1
+  done
+  tail -n 30 "$INST_DIR/redis.log" >&2 || true
+  die "Redis on $INST_PORT did not answer within ${REDIS_WAIT_SECONDS}s"
+}
+
+stop_instance() {
+  local pid i
+  if pid="$(instance_pid)"; then
+    log "stopping private Redis on port $INST_PORT (pid $pid, mode $INST_MODE)"
+    if [[ "$INST_MODE" == "kill" ]]; then
+      kill -KILL "$pid" 2>/dev/null || true
+    else
+      redis-cli -h 127.0.0.1 -p "$INST_PORT" shutdown nosave >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null || true
+    fi
+    for ((i = 0; i < 100; i++)); do
+      pid_alive "$pid" || break
+      sleep 0.1
+    done
+    pid_alive "$pid" && die "Redis pid $pid did not stop"
+    rm -f "$INST_DIR/redis.pid"
+  else
+    log "private Redis on port $INST_PORT ($INST_DIR) not running"
+  fi
+  if ((INST_RM)); then
+    case "$INST_DIR" in
+      / | "$REPO_ROOT" | "$LOCAL_DIR") die "refusing to delete $INST_DIR" ;;
+    esac
+    rm -rf "$INST_DIR"
+    log "removed $INST_DIR"
+  fi
+}
+
+cmd_ensure() {
+  if redis_answers "$REDIS_HOST" "$REDIS_PORT"; then
+    log "ok: Redis answers at $REDIS_HOST:$REDIS_PORT"
+    return 0
+  fi
+  if port_open "$REDIS_HOST" "$REDIS_PORT"; then
+    die "something listens on $REDIS_HOST:$REDIS_PORT but does not answer PING"
+  fi
+  is_local_host "$REDIS_HOST" || die "no Redis at $REDIS_HOST:$REDIS_PORT (not a local host, not starting one)"
+  INST_PORT="$REDIS_PORT"
+  INST_DIR="$LOCAL_DIR/redis-$REDIS_PORT"
+  start_instance
+  mark_started "$STARTED_NAME" "kind=instance port=$REDIS_PORT dir=$INST_DIR"
+  log "ok: Redis answers at $REDIS_HOST:$REDIS_PORT"
+}
+
+cmd_stop_started() {
+  if ! is_marked_started "$STARTED_NAME"; then
+    log "Redis on port $REDIS_PORT was not started by these scripts; leaving it alone"
+    return 0
+  fi
+  INST_PORT="$REDIS_PORT"
+  INST_DIR="$(sed -n 's/.*dir=\([^ ]*\).*/\1/p' "$STARTED_DIR/$STARTED_NAME")"
+  INST_DIR="${INST_DIR:-$LOCAL_DIR/redis-$REDIS_PORT}"
+  stop_instance
+  unmark_started "$STARTED_NAME"
+}
+
+cmd_status() {
+  local how="external"
+  is_marked_started "$STARTED_NAME" && how="started-by-scripts"
+  if redis_answers "$REDIS_HOST" "$REDIS_PORT"; then
+    echo "redis: running $REDIS_HOST:$REDIS_PORT ($how)"
+    return 0
+  fi
+  echo "redis: stopped $REDIS_HOST:$REDIS_PORT"
+  return 3
+}
+
+cmd="${1:-}"
+[[ $# -gt 0 ]] && shift
+case "$cmd" in
+  ensure) cmd_ensure ;;
+  start-instance)
+    parse_instance_args "$@"
+    start_instance
+    ;;
+  stop-instance)
+    parse_instance_args "$@"
+    stop_instance
+    ;;
+  status) cmd_status ;;
+  stop-started) cmd_stop_started ;;
+  *) usage ;;
+esac

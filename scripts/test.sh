@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs every check and test against real Kafka, PostgreSQL and Redis, installing and starting what
+# is missing. This is the README's test command (`npm test`) and what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+step() { printf '\n\033[1m== %s (%ss)\033[0m\n' "$1" "$(( $(date +%s) - started ))"; }
+
+step "npm packages"
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund
+else
+  echo "node_modules up to date"
+fi
+
+step "infrastructure: Kafka (KRaft, from Maven Central), PostgreSQL, Redis"
+bash infra/local/stack.sh up
+eval "$(bash infra/local/stack.sh env | sed 's/^/export /')"
+echo "KAFKA_BROKERS=$KAFKA_BROKERS PG_URL=$PG_URL REDIS_URL=$REDIS_URL"
+
+step "lint"
+npm run lint
+
+step "typecheck"
+npx tsc -p tsconfig.json --noEmit
+
+step "build"
+node scripts/build.mjs
+
+step "compose file"
+bash infra/local/validate-compose.sh
+
+mkdir -p test-results
+for tier in unit int e2e; do
+  step "tests: $tier"
+  npx vitest run --project "$tier" --reporter=default --reporter=json --outputFile="test-results/$tier.json"
+done
+
+step "summary"
+node scripts/test-summary.mjs test-results/unit.json test-results/int.json test-results/e2e.json
