@@ -1,0 +1,56 @@
+// npm run audit -- [--json] [--prefix labelflow] [--settle-ms 30000] [--stuck-ms 60000] [--outbox-ms 60000]
+// Reads the four service databases (PG_URL + task_svc/label_svc/qa_svc/billing_svc, or
+// TASK_SVC_DATABASE_URL ... to override each) and the dead-letter topics, prints the report, and exits
+// 1 on any violation, 2 when it cannot run.
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { formatReport, runAudit } from './index';
+
+const { values: args } = parseArgs({
+  options: {
+    json: { type: 'boolean', default: false },
+    prefix: { type: 'string', default: process.env.KAFKA_TOPIC_PREFIX ?? 'labelflow' },
+    'pg-url': { type: 'string', default: process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432' },
+    'kafka-brokers': { type: 'string', default: process.env.KAFKA_BROKERS ?? '127.0.0.1:9092' },
+    'settle-ms': { type: 'string', default: '30000' },
+    'stuck-ms': { type: 'string', default: '60000' },
+    'outbox-ms': { type: 'string', default: '60000' },
+    'no-kafka': { type: 'boolean', default: false },
+  },
+});
+
+const ms = (name: 'settle-ms' | 'stuck-ms' | 'outbox-ms') => {
+  const n = Number(args[name]);
+  if (!Number.isInteger(n) || n < 0) {
+    console.error(`--${name} must be a non-negative integer, got ${args[name]}`);
+    process.exit(2);
+  }
+  return n;
+};
+const dbUrl = (svc: string) => process.env[`${svc.toUpperCase().replace('-', '_')}_DATABASE_URL`] ?? `${args['pg-url']}/${svc.replace('-', '_')}`;
+const services = ['task-svc', 'label-svc', 'qa-svc', 'billing-svc'] as const;
+
+async function main(): Promise<number> {
+  const pools = Object.fromEntries(services.map((s) => [s, new pg.Pool({ connectionString: dbUrl(s), max: 2 })])) as Record<(typeof services)[number], pg.Pool>;
+  try {
+    const report = await runAudit({
+      sources: { task: pools['task-svc'], label: pools['label-svc'], qa: pools['qa-svc'], billing: pools['billing-svc'] },
+      settleMs: ms('settle-ms'),
+      stuckMs: ms('stuck-ms'),
+      outboxMs: ms('outbox-ms'),
+      ...(args['no-kafka'] ? {} : { kafkaBrokers: (args['kafka-brokers'] ?? '').split(','), deadLetterTopics: services.map((s) => `${args.prefix}.${s}.dlq`) }),
+    });
+    console.log(args.json ? JSON.stringify(report, null, 2) : formatReport(report));
+    return report.ok ? 0 : 1;
+  } finally {
+    await Promise.all(Object.values(pools).map((p) => p.end()));
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: Error) => {
+    console.error(`audit could not run: ${error.message}`);
+    process.exit(2);
+  },
+);

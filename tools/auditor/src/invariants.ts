@@ -1,0 +1,140 @@
+import type { Snapshot } from './snapshot';
+
+export const Invariants = {
+  BILLED_ONCE: 'BILLED_ONCE',
+  NO_SURVIVING_DEBIT: 'NO_SURVIVING_DEBIT',
+  BUDGET_BALANCE: 'BUDGET_BALANCE',
+  PAYOUT_BALANCE: 'PAYOUT_BALANCE',
+  COMPENSATED: 'COMPENSATED',
+  NOT_STUCK: 'NOT_STUCK',
+  OUTBOX_DRAINED: 'OUTBOX_DRAINED',
+} as const;
+export type Invariant = (typeof Invariants)[keyof typeof Invariants];
+
+export interface Violation {
+  readonly invariant: Invariant;
+  readonly detail: string;
+  readonly taskId?: string;
+  readonly projectId?: string;
+}
+
+export interface AuditOptions {
+  readonly now: Date;
+  /** Tasks that changed more recently than this may still have events in flight; cross-service checks skip them. */
+  readonly settleMs: number;
+  /** A non-terminal step may last this long past its deadline or lease before the task counts as stuck. */
+  readonly stuckMs: number;
+  /** An outbox row unpublished for longer than this is a violation. */
+  readonly outboxMs: number;
+}
+
+const TERMINAL_FAILURES = new Set(['failed', 'cancelled']);
+const sum = (xs: readonly { amount: number }[]) => xs.reduce((n, x) => n + x.amount, 0);
+
+/** Net money booked per task attempt: debits minus refunds (project side), credits minus reversals. */
+function netByAttempt(ledger: Snapshot['ledger']) {
+  const net = new Map<string, Map<number, { debit: number; credit: number; debits: number }>>();
+  for (const e of ledger) {
+    if (!e.taskId || e.attempt === null) continue;
+    const perTask = net.get(e.taskId) ?? new Map();
+    const cur = perTask.get(e.attempt) ?? { debit: 0, credit: 0, debits: 0 };
+    if (e.kind === 'debit') perTask.set(e.attempt, { ...cur, debit: cur.debit + e.amount, debits: cur.debits + 1 });
+    else if (e.kind === 'refund') perTask.set(e.attempt, { ...cur, debit: cur.debit - e.amount });
+    else if (e.kind === 'credit') perTask.set(e.attempt, { ...cur, credit: cur.credit + e.amount });
+    else if (e.kind === 'reversal') perTask.set(e.attempt, { ...cur, credit: cur.credit - e.amount });
+    net.set(e.taskId, perTask);
+  }
+  return net;
+}
+
+/** The cross-service invariants of the saga, checked on one snapshot of the four databases. */
+export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
+  const violations: Violation[] = [];
+  const flag = (invariant: Invariant, detail: string, ids: { taskId?: string; projectId?: string } = {}) => violations.push({ invariant, detail, ...ids });
+  const now = o.now.getTime();
+  const settled = (t: Snapshot['tasks'][number]) => now - t.updatedAt.getTime() >= o.settleMs;
+  const price = new Map(s.projects.map((p) => [p.projectId, p.pricePerTask]));
+  const net = netByAttempt(s.ledger);
+
+  for (const t of s.tasks) {
+    if (!settled(t)) continue;
+    const ids = { taskId: t.taskId, projectId: t.projectId };
+    const booked = [...(net.get(t.taskId) ?? new Map()).entries()].filter(([, n]) => n.debit !== 0 || n.credit !== 0);
+    if (t.status === 'completed') {
+      const expected = price.get(t.projectId);
+      const ok = booked.length === 1 && booked[0]?.[0] === t.attempt && booked[0][1].debit === expected && booked[0][1].credit === expected && booked[0][1].debits === 1;
+      if (!ok) flag('BILLED_ONCE', `completed task on attempt ${t.attempt} at price ${expected}: net booked ${JSON.stringify(Object.fromEntries(booked))}`, ids);
+    } else if (TERMINAL_FAILURES.has(t.status)) {
+      if (booked.length > 0) flag('NO_SURVIVING_DEBIT', `${t.status} task still has money booked without refund: ${JSON.stringify(Object.fromEntries(booked))}`, ids);
+    } else {
+      const stale = booked.filter(([attempt]) => attempt !== t.attempt);
+      if (stale.length > 0) flag('NO_SURVIVING_DEBIT', `money booked for superseded attempts ${stale.map(([a]) => a).join(', ')} (task on attempt ${t.attempt})`, ids);
+    }
+    if (TERMINAL_FAILURES.has(t.status)) checkCompensated(s, t, flag);
+    else checkNotStuck(s, t, o, flag);
+  }
+
+  for (const p of s.projects) {
+    const entries = s.ledger.filter((e) => e.projectId === p.projectId);
+    const expected = sum(entries.filter((e) => e.kind === 'topup')) - sum(entries.filter((e) => e.kind === 'debit')) + sum(entries.filter((e) => e.kind === 'refund'));
+    if (p.balance !== expected) flag('BUDGET_BALANCE', `balance ${p.balance} != top-ups - debits + refunds = ${expected}`, { projectId: p.projectId });
+    if (p.balance < 0) flag('BUDGET_BALANCE', `negative balance ${p.balance}`, { projectId: p.projectId });
+  }
+  for (const p of s.payouts) {
+    const entries = s.ledger.filter((e) => e.annotatorId === p.annotatorId);
+    const expected = sum(entries.filter((e) => e.kind === 'credit')) - sum(entries.filter((e) => e.kind === 'reversal'));
+    if (p.balance !== expected) flag('PAYOUT_BALANCE', `payout of ${p.annotatorId} is ${p.balance}, credits - reversals = ${expected}`);
+  }
+  for (const row of s.unpublished) {
+    const age = now - row.createdAt.getTime();
+    if (age > o.outboxMs) flag('OUTBOX_DRAINED', `${row.service} outbox row ${row.id} (${row.eventType}) unpublished for ${Math.round(age / 1000)} s`);
+  }
+  return violations;
+}
+
+type Flag = (invariant: Invariant, detail: string, ids?: { taskId?: string; projectId?: string }) => void;
+
+function checkCompensated(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag): void {
+  const ids = { taskId: t.taskId, projectId: t.projectId };
+  for (const r of s.reviews.filter((r) => r.taskId === t.taskId && r.status === 'passed')) flag('COMPENSATED', `${t.status} task keeps an approved review (attempt ${r.attempt}) in qa-svc`, ids);
+  for (const l of s.labels.filter((l) => l.taskId === t.taskId && l.status === 'accepted')) flag('COMPENSATED', `${t.status} task keeps accepted labels (attempt ${l.attempt}) in label-svc`, ids);
+  if (t.status === 'cancelled') {
+    for (const a of s.assignments.filter((a) => a.taskId === t.taskId && a.annotatorId !== null)) flag('COMPENSATED', `cancelled task keeps an open assignment to ${a.annotatorId} in label-svc`, ids);
+  }
+}
+
+/**
+ * Every task in flight must be waiting on something that will fire: an assignment lease, a review
+ * deadline, or an event younger than the stuck bound. An open task waits in the pool for a claim:
+ * no deadline applies to it, so it is never stuck.
+ */
+function checkNotStuck(s: Snapshot, t: Snapshot['tasks'][number], o: AuditOptions, flag: Flag): void {
+  const ids = { taskId: t.taskId, projectId: t.projectId };
+  const now = o.now.getTime();
+  const idle = now - t.updatedAt.getTime();
+  switch (t.status) {
+    case 'open':
+    case 'completed':
+      return;
+    case 'assigned':
+      if (!t.leaseExpiresAt) flag('NOT_STUCK', 'assigned without a lease', ids);
+      else if (t.leaseExpiresAt.getTime() + o.stuckMs < now) flag('NOT_STUCK', `assignment lease ended at ${t.leaseExpiresAt.toISOString()} and the task was not reopened`, ids);
+      return;
+    case 'labelled':
+    case 'in_review': {
+      const review = s.reviews.find((r) => r.taskId === t.taskId && r.attempt === t.attempt);
+      if (!review) {
+        if (idle > o.stuckMs) flag('NOT_STUCK', `${t.status} for ${Math.round(idle / 1000)} s and qa-svc has no review of attempt ${t.attempt}`, ids);
+        return;
+      }
+      const live = review.status === 'pending' && review.deadlineAt !== null && review.deadlineAt.getTime() + o.stuckMs >= now;
+      if (!live && idle > o.stuckMs) flag('NOT_STUCK', `${t.status} but the review of attempt ${t.attempt} is ${review.status} (deadline ${review.deadlineAt?.toISOString() ?? 'none'})`, ids);
+      return;
+    }
+    case 'approved':
+      if (idle > o.stuckMs) flag('NOT_STUCK', `approved for ${Math.round(idle / 1000)} s without a billing outcome`, ids);
+      return;
+    default:
+      flag('NOT_STUCK', `unknown status ${t.status}`, ids);
+  }
+}

@@ -1,0 +1,82 @@
+import { describe, expect, it } from 'vitest';
+import { checkInvariants, type AuditOptions } from './invariants';
+import type { Snapshot } from './snapshot';
+
+const now = new Date('2026-03-01T12:00:00.000Z');
+const ago = (ms: number) => new Date(now.getTime() - ms);
+const options: AuditOptions = { now, settleMs: 1_000, stuckMs: 60_000, outboxMs: 60_000 };
+const P = 'project-1';
+
+/** A project with one completed, correctly billed task; tests break one thing each. */
+const healthy = (): Snapshot => ({
+  tasks: [{ taskId: 't1', projectId: P, status: 'completed', attempt: 1, leaseExpiresAt: null, updatedAt: ago(10_000) }],
+  labels: [{ taskId: 't1', attempt: 1, status: 'accepted' }],
+  assignments: [{ taskId: 't1', attempt: 1, annotatorId: 'ann' }],
+  reviews: [{ taskId: 't1', attempt: 1, status: 'passed', deadlineAt: ago(-1000) }],
+  projects: [{ projectId: P, pricePerTask: 100, balance: 900 }],
+  ledger: [
+    { projectId: P, taskId: null, attempt: null, kind: 'topup', annotatorId: null, amount: 1_000 },
+    { projectId: P, taskId: 't1', attempt: 1, kind: 'debit', annotatorId: null, amount: 100 },
+    { projectId: P, taskId: 't1', attempt: 1, kind: 'credit', annotatorId: 'ann', amount: 100 },
+  ],
+  payouts: [{ annotatorId: 'ann', balance: 100 }],
+  unpublished: [],
+});
+const invariantsOf = (s: Snapshot) => checkInvariants(s, options).map((v) => v.invariant);
+
+describe('the saga invariants', () => {
+  it('hold for a completed task billed once at the project price', () => {
+    expect(checkInvariants(healthy(), options)).toEqual([]);
+  });
+
+  it('catch a completed task debited twice', () => {
+    const s = healthy();
+    const doubled = { ...s, ledger: [...s.ledger, { projectId: P, taskId: 't1', attempt: 2, kind: 'debit', annotatorId: null, amount: 100 }], projects: [{ projectId: P, pricePerTask: 100, balance: 800 }] };
+    expect(invariantsOf(doubled)).toContain('BILLED_ONCE');
+  });
+
+  it('catch a budget that does not equal top-ups minus debits plus refunds', () => {
+    expect(invariantsOf({ ...healthy(), projects: [{ projectId: P, pricePerTask: 100, balance: 950 }] })).toEqual(['BUDGET_BALANCE']);
+  });
+
+  it('catch a cancelled task whose debit was never refunded and whose review and labels stayed approved', () => {
+    const s = healthy();
+    const cancelled = { ...s, tasks: [{ ...s.tasks[0]!, status: 'cancelled' }] };
+    expect(invariantsOf(cancelled).sort()).toEqual(['COMPENSATED', 'COMPENSATED', 'COMPENSATED', 'NO_SURVIVING_DEBIT']);
+  });
+
+  it('accept a cancelled task whose money was refunded and whose parts were compensated', () => {
+    const s = healthy();
+    const refunded: Snapshot = {
+      ...s,
+      tasks: [{ ...s.tasks[0]!, status: 'cancelled' }],
+      labels: [{ taskId: 't1', attempt: 1, status: 'voided' }],
+      assignments: [{ taskId: 't1', attempt: 1, annotatorId: null }],
+      reviews: [{ taskId: 't1', attempt: 1, status: 'revoked', deadlineAt: null }],
+      projects: [{ projectId: P, pricePerTask: 100, balance: 1_000 }],
+      ledger: [...s.ledger, { projectId: P, taskId: 't1', attempt: 1, kind: 'refund', annotatorId: null, amount: 100 }, { projectId: P, taskId: 't1', attempt: 1, kind: 'reversal', annotatorId: 'ann', amount: 100 }],
+      payouts: [{ annotatorId: 'ann', balance: 0 }],
+    };
+    expect(checkInvariants(refunded, options)).toEqual([]);
+  });
+
+  it('catch an assigned task whose lease ended long ago without a reopening', () => {
+    const s = healthy();
+    const stuck = { ...s, tasks: [...s.tasks, { taskId: 't2', projectId: P, status: 'assigned', attempt: 1, leaseExpiresAt: ago(120_000), updatedAt: ago(200_000) }] };
+    expect(invariantsOf(stuck)).toEqual(['NOT_STUCK']);
+  });
+
+  it('give a task that just changed time to settle before judging it', () => {
+    const s = healthy();
+    const fresh = { ...s, tasks: [{ ...s.tasks[0]!, status: 'cancelled', updatedAt: ago(10) }] };
+    expect(checkInvariants(fresh, options)).toEqual([]);
+  });
+
+  it('catch an outbox row left unpublished beyond the bound', () => {
+    expect(invariantsOf({ ...healthy(), unpublished: [{ service: 'qa-svc', id: '7', eventType: 'QaPassed', createdAt: ago(120_000) }] })).toEqual(['OUTBOX_DRAINED']);
+  });
+
+  it('catch payouts that do not equal credits minus reversals', () => {
+    expect(invariantsOf({ ...healthy(), payouts: [{ annotatorId: 'ann', balance: 300 }] })).toEqual(['PAYOUT_BALANCE']);
+  });
+});

@@ -1,0 +1,46 @@
+import { Kafka, logLevel, type Producer } from 'kafkajs';
+
+export interface Duplicator {
+  readonly duplicated: () => number;
+  stop(): Promise<void>;
+}
+
+/**
+ * Re-delivers a fraction of every message published on the saga's topics, byte for byte: the
+ * network or a retry repeating a step. The services must apply each effect once all the same.
+ */
+export async function startDuplicator({ brokers, topics, rate, seed = 1 }: { brokers: readonly string[]; topics: readonly string[]; rate: number; seed?: number }): Promise<Duplicator> {
+  const kafka = new Kafka({ clientId: 'labelflow-duplicator', brokers: [...brokers], logLevel: logLevel.NOTHING });
+  const consumer = kafka.consumer({ groupId: `labelflow-duplicator-${Date.now()}-${Math.random().toString(36).slice(2)}` });
+  const producer: Producer = kafka.producer();
+  let count = 0;
+  let state = seed;
+  const random = () => ((state = (state * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
+  await Promise.all([consumer.connect(), producer.connect()]);
+  // Listen before run(): the join can complete before run() returns, and a missed join would hang.
+  // Duplicates of the very first events must not be missed, so production starts after it.
+  const joined = new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('the duplicator did not join its group within 30 s')), 30_000);
+    const off = consumer.on(consumer.events.GROUP_JOIN, () => {
+      clearTimeout(timer);
+      off();
+      resolve();
+    });
+  });
+  for (const topic of topics) await consumer.subscribe({ topic, fromBeginning: false });
+  await consumer.run({
+    eachMessage: async ({ topic, message }) => {
+      if (message.headers?.['x-duplicate'] || random() >= rate) return;
+      await producer.send({ topic, messages: [{ key: message.key, value: message.value, headers: { ...message.headers, 'x-duplicate': '1' } }] });
+      count++;
+    },
+  });
+  await joined;
+  return {
+    duplicated: () => count,
+    stop: async () => {
+      await consumer.disconnect();
+      await producer.disconnect();
+    },
+  };
+}

@@ -1,0 +1,3 @@
+export * from './run';
+export * from './scenarios';
+export { client } from './http';

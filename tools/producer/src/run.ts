@@ -1,0 +1,108 @@
+import { startDuplicator } from './duplicator';
+import { client } from './http';
+import { expectedOutcome, runScenario, Scenario, type ScenarioContext, type Services, type TaskRun } from './scenarios';
+
+export interface ProductionOptions {
+  readonly urls: { readonly task: string; readonly label: string; readonly qa: string; readonly billing: string };
+  readonly tasks: number;
+  readonly concurrency: number;
+  readonly annotators: number;
+  readonly price: number;
+  /** Fractions of tasks per failure scenario; the rest take the happy path. */
+  readonly rates: { readonly reject: number; readonly billingFail: number; readonly qaTimeout: number; readonly cancel: number };
+  /** Fraction of Kafka messages delivered a second time (needs `kafka`). */
+  readonly duplicates: number;
+  readonly kafka?: { readonly brokers: readonly string[]; readonly topicPrefix: string };
+  readonly timeoutMs: number;
+  readonly seed: number;
+  readonly onProgress?: (done: number, total: number) => void;
+}
+
+export interface ProductionSummary {
+  readonly tasks: number;
+  readonly byScenario: Readonly<Record<string, number>>;
+  readonly byOutcome: Readonly<Record<string, number>>;
+  readonly unexpected: readonly TaskRun[];
+  readonly latencyMs: { readonly p50: number; readonly p99: number };
+  readonly durationMs: number;
+  readonly duplicated: number;
+  readonly projectId: string;
+  readonly runs: readonly TaskRun[];
+}
+
+const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? 0;
+
+/** Deterministic per seed, so a failing mix can be replayed exactly. */
+export function pickScenarios(n: number, rates: ProductionOptions['rates'], seed: number): Scenario[] {
+  let state = seed;
+  const random = () => ((state = (state * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
+  const cut = [
+    [rates.reject, Scenario.reject],
+    [rates.billingFail, Scenario.billingFail],
+    [rates.qaTimeout, Scenario.qaTimeout],
+    [rates.cancel, Scenario.cancel],
+  ] as const;
+  return Array.from({ length: n }, () => {
+    let x = random();
+    for (const [rate, scenario] of cut) {
+      if (x < rate) return scenario;
+      x -= rate;
+    }
+    return Scenario.happy;
+  });
+}
+
+/** Drives `tasks` tasks through their scenarios with `concurrency` workers and summarises. */
+export async function runProduction(o: ProductionOptions): Promise<ProductionSummary> {
+  const svc: Services = { task: client(o.urls.task), label: client(o.urls.label), qa: client(o.urls.qa), billing: client(o.urls.billing) };
+  const scenarios = pickScenarios(o.tasks, o.rates, o.seed);
+  const create = async (budget: number) => {
+    const res = await svc.billing<{ projectId: string }>('POST', '/projects', { name: `produce ${new Date().toISOString()}`, budget, pricePerTask: o.price });
+    if (res.status !== 201) throw new Error(`cannot create a project: ${res.status} ${JSON.stringify(res.body)}`);
+    return res.body.projectId;
+  };
+  const projectId = await create(o.price * o.tasks);
+  const starvedProjectId = await create(0);
+  const duplicator =
+    o.duplicates > 0 && o.kafka
+      ? await startDuplicator({ brokers: o.kafka.brokers, topics: ['task', 'label', 'qa', 'billing'].map((t) => `${o.kafka?.topicPrefix}.${t}-events`), rate: o.duplicates, seed: o.seed })
+      : undefined;
+  let state = o.seed ^ 0x5bd1e995;
+  const ctx: ScenarioContext = {
+    svc,
+    projectId,
+    starvedProjectId,
+    annotators: o.annotators,
+    deadline: Date.now() + o.timeoutMs,
+    random: () => ((state = (state * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31),
+  };
+  const started = Date.now();
+  const runs: TaskRun[] = [];
+  let next = 0;
+  try {
+    await Promise.all(
+      Array.from({ length: Math.min(o.concurrency, o.tasks) }, async () => {
+        while (next < o.tasks) {
+          const i = next++;
+          runs.push(await runScenario(ctx, scenarios[i] ?? Scenario.happy, i));
+          o.onProgress?.(runs.length, o.tasks);
+        }
+      }),
+    );
+  } finally {
+    await duplicator?.stop();
+  }
+  const count = (f: (r: TaskRun) => string) => runs.reduce<Record<string, number>>((acc, r) => ({ ...acc, [f(r)]: (acc[f(r)] ?? 0) + 1 }), {});
+  const latencies = runs.filter((r) => r.outcome !== 'error').map((r) => r.ms).sort((a, b) => a - b);
+  return {
+    tasks: o.tasks,
+    byScenario: count((r) => r.scenario),
+    byOutcome: count((r) => r.outcome),
+    unexpected: runs.filter((r) => r.outcome !== expectedOutcome[r.scenario]),
+    latencyMs: { p50: percentile(latencies, 50), p99: percentile(latencies, 99) },
+    durationMs: Date.now() - started,
+    duplicated: duplicator?.duplicated() ?? 0,
+    projectId,
+    runs,
+  };
+}
