@@ -1,0 +1,147 @@
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { eventually, queryRows, startStack, type TestStack } from '@labelflow/testing';
+import { expectAuditClean } from './audit';
+import { claim, createProject, createTask, key, review, submitLabels, waitForStatus } from './saga';
+
+const admin = { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'admin-1' };
+const rows = <R extends Record<string, unknown>>(stack: TestStack, svc: Parameters<TestStack['http']>[0], sql: string, values: unknown[]) => queryRows<R>(stack.databases[svc], sql, values);
+const ledgerOf = async (stack: TestStack, taskId: string) =>
+  (await rows<{ kind: string; attempt: number; amount: string }>(stack, 'billing-svc', 'SELECT kind, attempt, amount FROM ledger WHERE task_id = $1 ORDER BY id', [taskId])).map((e) => [e.kind, e.attempt, Number(e.amount)]);
+const labelStatuses = async (stack: TestStack, taskId: string) => (await rows<{ attempt: number; status: string }>(stack, 'label-svc', 'SELECT attempt, status FROM labels WHERE task_id = $1 ORDER BY attempt', [taskId])).map((l) => [l.attempt, l.status]);
+const reviewStatuses = async (stack: TestStack, taskId: string) => (await rows<{ attempt: number; status: string }>(stack, 'qa-svc', 'SELECT attempt, status FROM reviews WHERE task_id = $1 ORDER BY attempt', [taskId])).map((r) => [r.attempt, r.status]);
+const task = async (stack: TestStack, taskId: string) => (await stack.http('task-svc').get<{ status: string; attempt: number; reason: string | null }>(`/tasks/${taskId}`)).body;
+
+describe('saga failure scenarios', () => {
+  const infra = inject('infra');
+  let stack: TestStack;
+  beforeAll(async () => {
+    stack = await startStack(infra, { 'billing-svc': { FAULT_BILLING_FAILURE_PREFIX: 'fail-' } });
+  });
+  afterAll(async () => stack?.stop());
+
+  it('fails the task when the budget runs out, compensates every service, and completes it once billing is retried after a top-up', async () => {
+    const projectId = await createProject(stack, 100, 300);
+    const taskId = await createTask(stack, projectId);
+    await claim(stack, taskId, 'ann-b');
+    await submitLabels(stack, taskId, 'ann-b');
+    await review(stack, taskId, 'approve');
+    await waitForStatus(stack, taskId, 'failed');
+    expect((await task(stack, taskId)).reason).toMatch(/^INSUFFICIENT_BUDGET/);
+    await eventually(async () => {
+      expect(await labelStatuses(stack, taskId)).toEqual([[1, 'voided']]);
+      expect(await reviewStatuses(stack, taskId)).toEqual([[1, 'revoked']]);
+    });
+    expect(await ledgerOf(stack, taskId)).toEqual([]);
+    await expectAuditClean(stack, infra.kafkaBrokers);
+
+    const billing = stack.http('billing-svc');
+    expect((await billing.post(`/tasks/${taskId}/billing/retry`, undefined, admin)).status).toBe(409);
+    expect((await billing.post(`/projects/${projectId}/top-ups`, { amount: 1_000 }, key())).status).toBe(200);
+    expect((await billing.post(`/tasks/${taskId}/billing/retry`)).status).toBe(403);
+    expect((await billing.post(`/tasks/${taskId}/billing/retry`, undefined, admin)).status).toBe(200);
+    await waitForStatus(stack, taskId, 'completed');
+    await eventually(async () => {
+      expect(await labelStatuses(stack, taskId)).toEqual([[1, 'accepted']]);
+      expect(await reviewStatuses(stack, taskId)).toEqual([[1, 'passed']]);
+    });
+    expect(await ledgerOf(stack, taskId)).toEqual([['debit', 1, 300], ['credit', 1, 300]]);
+    expect((await billing.get<{ balance: number }>(`/projects/${projectId}`)).body.balance).toBe(800);
+    await expectAuditClean(stack, infra.kafkaBrokers);
+  });
+
+  it('fails the task on an injected billing failure and leaves nothing billed', async () => {
+    const projectId = await createProject(stack, 10_000, 300);
+    const taskId = await createTask(stack, projectId);
+    await claim(stack, taskId, 'fail-ann');
+    await submitLabels(stack, taskId, 'fail-ann');
+    await review(stack, taskId, 'approve');
+    await waitForStatus(stack, taskId, 'failed');
+    expect((await task(stack, taskId)).reason).toMatch(/^INJECTED_FAILURE/);
+    expect(await ledgerOf(stack, taskId)).toEqual([]);
+    await expectAuditClean(stack, infra.kafkaBrokers);
+  });
+
+  it.each([
+    ['open', async (_s: TestStack, _t: string) => undefined],
+    ['assigned', async (s: TestStack, t: string) => claim(s, t, 'ann-c')],
+    ['in review', async (s: TestStack, t: string) => (await claim(s, t, 'ann-c'), await submitLabels(s, t, 'ann-c'))],
+    ['completed', async (s: TestStack, t: string) => (await claim(s, t, 'ann-c'), await submitLabels(s, t, 'ann-c'), await review(s, t, 'approve'), await waitForStatus(s, t, 'completed'))],
+  ])('cancels a task that is %s: every service compensates and nothing stays billed', async (stage, advance) => {
+    const projectId = await createProject(stack, 1_000, 250);
+    const taskId = await createTask(stack, projectId, `cancel when ${stage}`);
+    await advance(stack, taskId);
+    const res = await stack.http('task-svc').post<{ status: string }>(`/tasks/${taskId}/cancel`, { reason: 'customer withdrew the sample' }, admin);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.status).toBe('cancelled');
+    expect((await stack.http('task-svc').post(`/tasks/${taskId}/cancel`, { reason: 'again' }, admin)).status).toBe(200);
+    expect((await stack.http('task-svc').post(`/tasks/${taskId}/cancel`, { reason: 'not an admin' })).status).toBe(403);
+
+    await eventually(async () => {
+      expect((await labelStatuses(stack, taskId)).filter(([, s]) => s !== 'voided')).toEqual([]);
+      expect((await reviewStatuses(stack, taskId)).filter(([, s]) => s === 'pending' || s === 'passed')).toEqual([]);
+      const balance = (await stack.http('billing-svc').get<{ balance: number }>(`/projects/${projectId}`)).body.balance;
+      expect(balance).toBe(1_000);
+    });
+    if (stage === 'completed') expect(await ledgerOf(stack, taskId)).toEqual([['debit', 1, 250], ['credit', 1, 250], ['refund', 1, 250], ['reversal', 1, 250]]);
+    expect((await task(stack, taskId)).status).toBe('cancelled');
+    await expectAuditClean(stack, infra.kafkaBrokers);
+  });
+});
+
+describe('the assignment lease', () => {
+  const infra = inject('infra');
+  let stack: TestStack;
+  beforeAll(async () => {
+    stack = await startStack(infra, { 'task-svc': { ASSIGNMENT_LEASE_MS: '1500', ASSIGNMENT_LEASE_GRACE_MS: '0', SWEEP_INTERVAL_MS: '100' } });
+  });
+  afterAll(async () => stack?.stop());
+
+  it('returns a task to the pool as a new attempt when the annotator never submits', async () => {
+    const projectId = await createProject(stack, 1_000, 100);
+    const taskId = await createTask(stack, projectId);
+    await claim(stack, taskId, 'ann-slow');
+    await eventually(async () => expect(await task(stack, taskId)).toMatchObject({ status: 'open', attempt: 2 }), { timeoutMs: 20_000 });
+    await eventually(async () => {
+      const res = await stack.http('label-svc').post<{ error: { code: string } }>(`/tasks/${taskId}/labels`, { annotatorId: 'ann-slow', annotations: [{ label: 'late' }] });
+      expect(res.status).toBe(409);
+      expect(['LEASE_EXPIRED', 'ASSIGNMENT_UNKNOWN']).toContain(res.body.error.code);
+    });
+    await expectAuditClean(stack, infra.kafkaBrokers);
+  });
+});
+
+describe('the review deadline', () => {
+  const infra = inject('infra');
+  let stack: TestStack;
+  // The sweepers of the first qa-svc instances never run during the test, so the deadline cannot
+  // fire before they are stopped: only the restarted instances, reading it from PostgreSQL, can.
+  const asleep = { QA_SLA_MS: '1000', SWEEP_INTERVAL_MS: '3600000' };
+  const awake = { QA_SLA_MS: '1000', SWEEP_INTERVAL_MS: '100' };
+  beforeAll(async () => {
+    stack = await startStack(infra, { 'qa-svc': asleep });
+  });
+  afterAll(async () => stack?.stop());
+
+  it('times out a review exactly once, from its stored deadline, across a restart and two qa-svc instances, and reworks the task', async () => {
+    const projectId = await createProject(stack, 1_000, 100);
+    const taskId = await createTask(stack, projectId);
+    const second = await stack.startExtra('qa-svc', asleep);
+    await claim(stack, taskId, 'ann-q');
+    await submitLabels(stack, taskId, 'ann-q');
+    await eventually(async () => expect(await reviewStatuses(stack, taskId)).toEqual([[1, 'pending']]));
+    await stack.processes['qa-svc'].stop();
+    await second.stop();
+    expect(await reviewStatuses(stack, taskId)).toEqual([[1, 'pending']]);
+    const deadline = (await rows<{ deadline_at: Date }>(stack, 'qa-svc', 'SELECT deadline_at FROM reviews WHERE task_id = $1', [taskId]))[0]?.deadline_at;
+    expect(deadline).toBeInstanceOf(Date);
+    await eventually(async () => expect((await rows<{ past: boolean }>(stack, 'qa-svc', 'SELECT now() > $1::timestamptz AS past', [deadline]))[0]?.past).toBe(true), { timeoutMs: 10_000 });
+    await Promise.all([stack.start('qa-svc', awake), stack.startExtra('qa-svc', awake)]);
+
+    await eventually(async () => expect(await task(stack, taskId)).toMatchObject({ status: 'open', attempt: 2 }), { timeoutMs: 20_000 });
+    await eventually(async () => expect(await labelStatuses(stack, taskId)).toEqual([[1, 'voided']]));
+    expect(await reviewStatuses(stack, taskId)).toEqual([[1, 'timed_out']]);
+    const fired = await rows<{ n: string }>(stack, 'qa-svc', `SELECT count(*) AS n FROM outbox WHERE event_type = 'QaTimedOut' AND message_key = $1`, [taskId]);
+    expect(Number(fired[0]?.n)).toBe(1);
+    await expectAuditClean(stack, infra.kafkaBrokers);
+  });
+});

@@ -1,0 +1,81 @@
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { eventually, queryRows, startStack, type TestStack } from '@labelflow/testing';
+import { expectAuditClean } from './audit';
+import { claim, createProject, createTask, review, submitLabels, waitForStatus } from './saga';
+
+describe('the annotation saga on the happy path', () => {
+  let stack: TestStack;
+  beforeAll(async () => {
+    stack = await startStack(inject('infra'));
+  });
+  afterAll(async () => stack?.stop());
+
+  it('completes every task, settles every service and bills each task exactly once', async () => {
+    const price = 250;
+    const budget = 10_000;
+    const projectId = await createProject(stack, budget, price);
+    const tasks = await Promise.all(Array.from({ length: 6 }, (_, i) => createTask(stack, projectId, `image ${i}`)));
+
+    await Promise.all(
+      tasks.map(async (taskId, i) => {
+        const annotator = `annotator-${i % 2}`;
+        await claim(stack, taskId, annotator);
+        await submitLabels(stack, taskId, annotator);
+        await review(stack, taskId, 'approve');
+      }),
+    );
+    for (const taskId of tasks) await waitForStatus(stack, taskId, 'completed');
+
+    const labels = await queryRows<{ status: string }>(stack.databases['label-svc'], 'SELECT status FROM labels WHERE task_id = ANY($1::text[])', [tasks]);
+    expect(labels.map((l) => l.status)).toEqual(tasks.map(() => 'accepted'));
+    const reviews = await queryRows<{ status: string }>(stack.databases['qa-svc'], 'SELECT status FROM reviews WHERE task_id = ANY($1::text[])', [tasks]);
+    expect(reviews.map((r) => r.status)).toEqual(tasks.map(() => 'passed'));
+
+    const ledger = await queryRows<{ task_id: string; kind: string; amount: string }>(
+      stack.databases['billing-svc'],
+      `SELECT task_id, kind, amount FROM ledger WHERE task_id IS NOT NULL ORDER BY task_id, kind`,
+    );
+    for (const taskId of tasks) {
+      expect(ledger.filter((e) => e.task_id === taskId).map((e) => [e.kind, Number(e.amount)])).toEqual([['credit', price], ['debit', price]]);
+    }
+    const project = await stack.http('billing-svc').get<{ balance: number }>(`/projects/${projectId}`);
+    expect(project.body.balance).toBe(budget - price * tasks.length);
+    const payouts = await Promise.all(['annotator-0', 'annotator-1'].map((a) => stack.http('billing-svc').get<{ balance: number }>(`/annotators/${a}/payouts`)));
+    expect(payouts.map((p) => p.body.balance)).toEqual([price * 3, price * 3]);
+
+    const completed = await queryRows<{ n: string }>(stack.databases['task-svc'], `SELECT count(*) AS n FROM outbox WHERE event_type = 'TaskCompleted'`);
+    expect(Number(completed[0]!.n)).toBe(tasks.length);
+    await eventually(async () => {
+      const unpublished = await queryRows<{ n: string }>(stack.databases['task-svc'], 'SELECT count(*) AS n FROM outbox WHERE published_at IS NULL');
+      expect(Number(unpublished[0]!.n)).toBe(0);
+    });
+    await expectAuditClean(stack, inject('infra').kafkaBrokers);
+  });
+
+  it('answers bad requests with clear errors and refuses the wrong annotator', async () => {
+    const task = stack.http('task-svc');
+    const malformed = await task.post<{ error: { code: string } }>('/tasks', '{"projectId": ');
+    expect(malformed.status).toBe(400);
+    expect(malformed.body.error.code).toBe('INVALID_JSON');
+    const invalid = await task.post<{ error: { code: string; details: { path: string }[] } }>('/tasks', { projectId: 'not-a-uuid', title: '' });
+    expect(invalid.status).toBe(400);
+    expect(invalid.body.error.details.map((d) => d.path)).toEqual(expect.arrayContaining(['body.projectId', 'body.title', 'body.dataUri']));
+    expect((await task.get('/tasks/not-a-uuid')).status).toBe(400);
+
+    const projectId = await createProject(stack, 1_000, 100);
+    const taskId = await createTask(stack, projectId);
+    await claim(stack, taskId, 'alice');
+    const stolen = await task.post<{ error: { code: string } }>(`/tasks/${taskId}/claim`, { annotatorId: 'mallory' });
+    expect(stolen.status).toBe(409);
+    expect(stolen.body.error.code).toBe('TASK_NOT_CLAIMABLE');
+
+    const labels = stack.http('label-svc');
+    await eventually(async () => {
+      const res = await labels.post<{ error: { code: string } }>(`/tasks/${taskId}/labels`, { annotatorId: 'mallory', annotations: [{ label: 'dog' }] });
+      expect(res.status).toBe(403);
+      expect(res.body.error.code).toBe('NOT_ASSIGNEE');
+    });
+    const empty = await labels.post(`/tasks/${taskId}/labels`, { annotatorId: 'alice', annotations: [] });
+    expect(empty.status).toBe(400);
+  });
+});
