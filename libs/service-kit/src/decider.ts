@@ -1,4 +1,5 @@
 import type { PoolClient } from './db';
+import { ServiceKitError, ServiceKitErrors } from './errors';
 
 export interface Rejection<Code extends string = string> {
   readonly code: Code;
@@ -13,18 +14,35 @@ export interface Decider<S, C, E, Emitted extends E = E, R extends Rejection = R
   evolve(state: S, event: E): S;
 }
 
-/** Loads and saves a decider's state; `save` compares against `previous` (compare-and-set). */
+/**
+ * Loads and saves a decider's state; `save` compares against `previous` (compare-and-set) and throws
+ * `ServiceKitError(CONCURRENT_UPDATE)` when the comparison fails.
+ *
+ * `conflictRetries` lets `execute` decide again after such a conflict, up to that many times. Set it
+ * only when `save` throws the conflict before it has written anything: the retry runs in the same
+ * transaction, and a half-written save would be read back as if it were the winner's state. A store
+ * that locks its rows at `load` (SELECT ... FOR UPDATE) has no conflicts to retry and leaves it out.
+ */
 export interface StateStore<S> {
   load(tx: PoolClient, key: string): Promise<S>;
   save(tx: PoolClient, previous: S, next: S): Promise<void>;
+  readonly conflictRetries?: number;
 }
 
 export type Executed<S, E, R extends Rejection> = { readonly ok: true; readonly state: S; readonly events: readonly E[] } | { readonly ok: false; readonly reason: R };
+
+const isConflict = (error: unknown) => error instanceof ServiceKitError && error.code === ServiceKitErrors.CONCURRENT_UPDATE;
 
 /**
  * Load, decide, fold, save inside the caller's transaction. `observed` are events from other
  * services that the decision accepted: they are folded into the state before the decided events.
  * The caller emits the returned events through the outbox in the same transaction.
+ *
+ * A lost compare-and-set is not the caller's problem: under READ COMMITTED the next load in the
+ * same transaction sees the row that won, and the command is decided again against it. A claim
+ * that lost to another claim is then rejected for what it is (already assigned), and a cancel that
+ * raced a consumer's update simply applies on top of it. Only a row that keeps changing under us
+ * (more than the store's `conflictRetries` times) surfaces as CONCURRENT_UPDATE.
  */
 export async function execute<S, C, E, Emitted extends E, R extends Rejection>(
   tx: PoolClient,
@@ -33,10 +51,18 @@ export async function execute<S, C, E, Emitted extends E, R extends Rejection>(
   command: C,
   observed: readonly E[] = [],
 ): Promise<Executed<S, Emitted, R>> {
-  const current = await deps.store.load(tx, key);
-  const decision = deps.decider.decide(command, current);
-  if (!decision.ok) return decision;
-  const next = [...observed, ...decision.events].reduce(deps.decider.evolve, current);
-  if (next !== current) await deps.store.save(tx, current, next);
-  return { ok: true, state: next, events: decision.events };
+  const retries = deps.store.conflictRetries ?? 0;
+  for (let attempt = 0; ; attempt++) {
+    const current = await deps.store.load(tx, key);
+    const decision = deps.decider.decide(command, current);
+    if (!decision.ok) return decision;
+    const next = [...observed, ...decision.events].reduce(deps.decider.evolve, current);
+    try {
+      if (next !== current) await deps.store.save(tx, current, next);
+    } catch (error) {
+      if (isConflict(error) && attempt < retries) continue;
+      throw error;
+    }
+    return { ok: true, state: next, events: decision.events };
+  }
 }

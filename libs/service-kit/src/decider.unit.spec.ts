@@ -1,16 +1,18 @@
 import { describe, expect, it } from 'vitest';
 import type { PoolClient } from './db';
 import { execute, type Decision, type StateStore } from './decider';
+import { ServiceKitError, ServiceKitErrors } from './errors';
 
 interface Counter {
   readonly value: number;
 }
-type Command = { readonly type: 'Add'; readonly by: number } | { readonly type: 'Noop' } | { readonly type: 'Fail' };
+type Command = { readonly type: 'Add'; readonly by: number } | { readonly type: 'Take' } | { readonly type: 'Noop' } | { readonly type: 'Fail' };
 type Event = { readonly type: 'Added'; readonly by: number } | { readonly type: 'Observed' };
 
 const decider = {
-  decide(command: Command, _state: Counter): Decision<Event> {
+  decide(command: Command, state: Counter): Decision<Event> {
     if (command.type === 'Fail') return { ok: false, reason: { code: 'NOPE', message: 'refused' } };
+    if (command.type === 'Take') return state.value === 0 ? { ok: true, events: [{ type: 'Added', by: 1 }] } : { ok: false, reason: { code: 'TAKEN', message: 'already taken' } };
     return { ok: true, events: command.type === 'Add' ? [{ type: 'Added', by: command.by }] : [] };
   },
   evolve(state: Counter, event: Event): Counter {
@@ -71,5 +73,73 @@ describe('service-kit: execute', () => {
 
     expect(result).toEqual({ ok: false, reason: { code: 'NOPE', message: 'refused' } });
     expect(saves).toHaveLength(0);
+  });
+
+  /** A store whose first `losses` saves lose the race to a writer that commits `winner` meanwhile. */
+  const racingStore = (losses: number, winner: (previous: Counter) => Counter) => {
+    let value: Counter = { value: 0 };
+    let lost = 0;
+    const store: StateStore<Counter> = {
+      conflictRetries: 3,
+      load: async () => value,
+      save: async (_tx, previous, next) => {
+        if (lost < losses) {
+          lost++;
+          value = winner(value);
+          throw new ServiceKitError(ServiceKitErrors.CONCURRENT_UPDATE, 'changed concurrently', { retriable: true });
+        }
+        if (previous !== value) throw new Error('saved against a state that is not the current one');
+        value = next;
+      },
+    };
+    return { store, current: () => value, lost: () => lost };
+  };
+
+  it('decides again on the state that won when the save loses a compare-and-set', async () => {
+    const race = racingStore(1, (v) => ({ value: v.value + 10 }));
+
+    const result = await execute(tx, { decider, store: race.store }, 'k', { type: 'Add', by: 2 });
+
+    expect(result).toEqual({ ok: true, state: { value: 12 }, events: [{ type: 'Added', by: 2 }] });
+    expect(race.current()).toEqual({ value: 12 });
+  });
+
+  it('answers with the rejection the winning state calls for, not with the conflict', async () => {
+    const race = racingStore(1, () => ({ value: 1 }));
+
+    const result = await execute(tx, { decider, store: race.store }, 'k', { type: 'Take' });
+
+    expect(result).toEqual({ ok: false, reason: { code: 'TAKEN', message: 'already taken' } });
+    expect(race.current()).toEqual({ value: 1 });
+  });
+
+  it('gives up with CONCURRENT_UPDATE once the row changed under it more than conflictRetries times', async () => {
+    const race = racingStore(5, (v) => ({ value: v.value + 10 }));
+
+    await expect(execute(tx, { decider, store: race.store }, 'k', { type: 'Add', by: 2 })).rejects.toMatchObject({ code: 'CONCURRENT_UPDATE' });
+    expect(race.lost()).toBe(4);
+    expect(race.current()).toEqual({ value: 40 });
+  });
+
+  it('never retries a store that does not declare conflictRetries, whose save may have written before it failed', async () => {
+    const race = racingStore(1, (v) => ({ value: v.value + 10 }));
+    const { conflictRetries: _, ...once } = race.store;
+
+    await expect(execute(tx, { decider, store: once }, 'k', { type: 'Add', by: 2 })).rejects.toMatchObject({ code: 'CONCURRENT_UPDATE' });
+    expect(race.lost()).toBe(1);
+  });
+
+  it('does not retry errors other than a lost compare-and-set', async () => {
+    let saves = 0;
+    const store: StateStore<Counter> = {
+      load: async () => ({ value: 0 }),
+      save: async () => {
+        saves++;
+        throw new Error('disk full');
+      },
+    };
+
+    await expect(execute(tx, { decider, store }, 'k', { type: 'Add', by: 1 })).rejects.toThrow('disk full');
+    expect(saves).toBe(1);
   });
 });

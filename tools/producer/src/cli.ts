@@ -87,12 +87,17 @@ async function main(): Promise<number> {
     timeoutMs: int('timeout-s', 1) * 1000,
     seed: int('seed', 0),
     onProgress: (done, total) => {
+      const elapsed = `${((Date.now() - t0) / 1000).toFixed(1)}s`;
+      // A redrawn bar only on a terminal; piped into a log, one line per tenth of the run.
+      if (!process.stderr.isTTY) {
+        if (done === total || Math.floor((done * 10) / total) > Math.floor(((done - 1) * 10) / total)) process.stderr.write(`${done}/${total} tasks done  ${elapsed}\n`);
+        return;
+      }
       const width = 30;
       const filled = Math.round((done / total) * width);
-      process.stderr.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}  ${((Date.now() - t0) / 1000).toFixed(1)}s`);
+      process.stderr.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}  ${elapsed}${done === total ? '\n' : ''}`);
     },
   });
-  process.stderr.write('\n');
   const table = (o: Readonly<Record<string, number>>) => Object.entries(o).map(([k, v]) => `${k} ${v}`).join(', ');
   console.log(`\nsummary
   tasks        ${summary.tasks} in ${(summary.durationMs / 1000).toFixed(1)} s

@@ -7,8 +7,9 @@ export type Call = <T = unknown>(method: 'GET' | 'POST', path: string, body?: un
 
 /**
  * A JSON client that sends an Idempotency-Key with every POST and, when a request times out, the
- * connection drops or the service answers 503, retries it with the SAME key: the server replays the first outcome instead of
- * running the command twice. A fresh key per retry is exactly the mistake this avoids.
+ * connection drops, the service answers 503 or 409 CONCURRENT_UPDATE, retries it with the SAME key:
+ * the server replays the first outcome instead of running the command twice. A fresh key per retry
+ * is exactly the mistake this avoids.
  */
 export function client(baseUrl: string, { timeoutMs = 10_000, retries = 5 } = {}): Call {
   return async <T>(method: 'GET' | 'POST', path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Reply<T>> => {
@@ -22,12 +23,18 @@ export function client(baseUrl: string, { timeoutMs = 10_000, retries = 5 } = {}
           signal: AbortSignal.timeout(timeoutMs),
         });
         const text = await response.text();
-        // 503 means a dependency is briefly away: the same request, same key, will be answered.
+        const parsed = (text ? JSON.parse(text) : undefined) as T;
+        // 503: a dependency is briefly away. 409 CONCURRENT_UPDATE: the row kept changing while the
+        // command was decided, and nothing was applied. Either way the same request, same key, will be answered.
         if (response.status === 503 && attempt < retries) {
           await new Promise((r) => setTimeout(r, Number(response.headers.get('retry-after') ?? 1) * 1000));
           continue;
         }
-        return { status: response.status, body: (text ? JSON.parse(text) : undefined) as T };
+        if (response.status === 409 && errorCode(parsed) === 'CONCURRENT_UPDATE' && attempt < retries) {
+          await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
+          continue;
+        }
+        return { status: response.status, body: parsed };
       } catch (error) {
         if (attempt >= retries) throw error;
         await new Promise((r) => setTimeout(r, 100 * 2 ** attempt));
@@ -35,3 +42,6 @@ export function client(baseUrl: string, { timeoutMs = 10_000, retries = 5 } = {}
     }
   };
 }
+
+const errorCode = (body: unknown): string | undefined =>
+  typeof body === 'object' && body !== null && 'error' in body ? (body as { error?: { code?: string } }).error?.code : undefined;

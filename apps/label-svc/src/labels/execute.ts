@@ -4,7 +4,9 @@ import { decide, type LabelCommand } from './decide';
 import { loadLabelTask, saveLabelTask } from './repository';
 import { evolve } from './state';
 
-const store = { load: (tx: PoolClient, taskId: string) => loadLabelTask(tx, taskId as TaskId), save: saveLabelTask };
+// The assignment's compare-and-set is the first write of a save, so a lost race wrote nothing and
+// the command can be decided again on the assignment that won.
+const store = { load: (tx: PoolClient, taskId: string) => loadLabelTask(tx, taskId as TaskId), save: saveLabelTask, conflictRetries: 3 };
 const decider = { decide, evolve };
 
 export function executeLabel(tx: PoolClient, command: LabelCommand) {
