@@ -94,3 +94,66 @@ pid_cmdline_has() {
   [[ -r "/proc/$pid/cmdline" ]] || return 1
   tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$needle"
 }
+
+# ------------------------------------------------ private instances (postgres.sh, redis.sh)
+# A script that sources this file and defines start_instance, stop_instance, cmd_ensure,
+# cmd_status, cmd_stop_started and usage gets the same command line as its siblings:
+#   ensure | start-instance --port P [--dir D] | stop-instance --port P [--dir D] [--mode M] [--rm]
+#   | status | stop-started
+INST_PORT=""
+INST_DIR=""
+INST_MODE=""
+INST_RM=0
+
+# parse_instance_args DIR_PREFIX DEFAULT_MODE "MODE|MODE..." ARGS... : sets INST_PORT, INST_DIR
+# (absolute, default $LOCAL_DIR/<prefix>-<port>), INST_MODE and INST_RM.
+parse_instance_args() {
+  local prefix="$1" modes="$3"
+  INST_MODE="$2"
+  shift 3
+  while (($#)); do
+    case "$1" in
+      --port) INST_PORT="${2:?--port needs a value}"; shift 2 ;;
+      --dir) INST_DIR="${2:?--dir needs a value}"; shift 2 ;;
+      --mode) INST_MODE="${2:?--mode needs a value}"; shift 2 ;;
+      --rm) INST_RM=1; shift ;;
+      *) die "unknown argument: $1" ;;
+    esac
+  done
+  [[ "$INST_PORT" =~ ^[0-9]+$ ]] || die "--port P is required"
+  INST_DIR="${INST_DIR:-$LOCAL_DIR/$prefix-$INST_PORT}"
+  case "$INST_DIR" in /*) ;; *) INST_DIR="$PWD/$INST_DIR" ;; esac
+  [[ "$INST_DIR" == "/" ]] || INST_DIR="${INST_DIR%/}"
+  [[ "|$modes|" == *"|$INST_MODE|"* ]] || die "--mode must be $modes"
+}
+
+# remove_instance_dir: for --rm, deletes INST_DIR, never the repo or .local itself.
+remove_instance_dir() {
+  ((INST_RM)) || return 0
+  case "$INST_DIR" in
+    / | "$REPO_ROOT" | "$LOCAL_DIR") die "refusing to delete $INST_DIR" ;;
+  esac
+  rm -rf "$INST_DIR"
+  log "removed $INST_DIR"
+}
+
+# instance_cli DIR_PREFIX DEFAULT_MODE "MODES" COMMAND ARGS... : the shared command dispatch.
+instance_cli() {
+  local prefix="$1" default_mode="$2" modes="$3" cmd="${4:-}"
+  shift 3
+  (($#)) && shift
+  case "$cmd" in
+    ensure) cmd_ensure ;;
+    start-instance)
+      parse_instance_args "$prefix" "$default_mode" "$modes" "$@"
+      start_instance
+      ;;
+    stop-instance)
+      parse_instance_args "$prefix" "$default_mode" "$modes" "$@"
+      stop_instance
+      ;;
+    status) cmd_status ;;
+    stop-started) cmd_stop_started ;;
+    *) usage ;;
+  esac
+}

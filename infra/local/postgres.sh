@@ -112,27 +112,6 @@ wait_pg() { # HOST PORT USER
 
 # ---------------------------------------------------------------- instances
 
-INST_PORT=""
-INST_DIR=""
-INST_MODE="fast"
-INST_RM=0
-parse_instance_args() {
-  while (($#)); do
-    case "$1" in
-      --port) INST_PORT="${2:?--port needs a value}"; shift 2 ;;
-      --dir) INST_DIR="${2:?--dir needs a value}"; shift 2 ;;
-      --mode) INST_MODE="${2:?--mode needs a value}"; shift 2 ;;
-      --rm) INST_RM=1; shift ;;
-      *) die "unknown argument: $1" ;;
-    esac
-  done
-  [[ "$INST_PORT" =~ ^[0-9]+$ ]] || die "--port P is required"
-  INST_DIR="${INST_DIR:-$LOCAL_DIR/pg-$INST_PORT}"
-  case "$INST_DIR" in /*) ;; *) INST_DIR="$PWD/$INST_DIR" ;; esac
-  [[ "$INST_DIR" == "/" ]] || INST_DIR="${INST_DIR%/}"
-  case "$INST_MODE" in fast | immediate | smart) ;; *) die "--mode must be fast|immediate|smart" ;; esac
-}
-
 # Postmaster pid of the private instance in INST_DIR if it is alive. Not
 # "pg_ctl status": it counts an unreaped (zombie) postmaster as running.
 instance_pid() {
@@ -209,13 +188,7 @@ stop_instance() {
   else
     log "private PostgreSQL on port $INST_PORT ($INST_DIR) not running"
   fi
-  if ((INST_RM)); then
-    case "$INST_DIR" in
-      / | "$REPO_ROOT" | "$LOCAL_DIR") die "refusing to delete $INST_DIR" ;;
-    esac
-    rm -rf "$INST_DIR"
-    log "removed $INST_DIR"
-  fi
+  remove_instance_dir
 }
 
 # ------------------------------------------------------------------ ensure
@@ -330,19 +303,4 @@ cmd_status() {
   return 3
 }
 
-cmd="${1:-}"
-[[ $# -gt 0 ]] && shift
-case "$cmd" in
-  ensure) cmd_ensure ;;
-  start-instance)
-    parse_instance_args "$@"
-    start_instance
-    ;;
-  stop-instance)
-    parse_instance_args "$@"
-    stop_instance
-    ;;
-  status) cmd_status ;;
-  stop-started) cmd_stop_started ;;
-  *) usage ;;
-esac
+instance_cli pg fast "fast|immediate|smart" "$@"

@@ -45,27 +45,6 @@ ensure_binaries() {
   have redis-server || die "redis-server not found after install"
 }
 
-INST_PORT=""
-INST_DIR=""
-INST_MODE="nosave"
-INST_RM=0
-parse_instance_args() {
-  while (($#)); do
-    case "$1" in
-      --port) INST_PORT="${2:?--port needs a value}"; shift 2 ;;
-      --dir) INST_DIR="${2:?--dir needs a value}"; shift 2 ;;
-      --mode) INST_MODE="${2:?--mode needs a value}"; shift 2 ;;
-      --rm) INST_RM=1; shift ;;
-      *) die "unknown argument: $1" ;;
-    esac
-  done
-  [[ "$INST_PORT" =~ ^[0-9]+$ ]] || die "--port P is required"
-  INST_DIR="${INST_DIR:-$LOCAL_DIR/redis-$INST_PORT}"
-  case "$INST_DIR" in /*) ;; *) INST_DIR="$PWD/$INST_DIR" ;; esac
-  [[ "$INST_DIR" == "/" ]] || INST_DIR="${INST_DIR%/}"
-  case "$INST_MODE" in nosave | kill) ;; *) die "--mode must be nosave|kill" ;; esac
-}
-
 instance_pid() {
   local pid
   [[ -f "$INST_DIR/redis.pid" ]] || return 1
@@ -121,13 +100,7 @@ stop_instance() {
   else
     log "private Redis on port $INST_PORT ($INST_DIR) not running"
   fi
-  if ((INST_RM)); then
-    case "$INST_DIR" in
-      / | "$REPO_ROOT" | "$LOCAL_DIR") die "refusing to delete $INST_DIR" ;;
-    esac
-    rm -rf "$INST_DIR"
-    log "removed $INST_DIR"
-  fi
+  remove_instance_dir
 }
 
 cmd_ensure() {
@@ -152,6 +125,7 @@ cmd_stop_started() {
     return 0
   fi
   INST_PORT="$REDIS_PORT"
+  INST_MODE="nosave"
   INST_DIR="$(sed -n 's/.*dir=\([^ ]*\).*/\1/p' "$STARTED_DIR/$STARTED_NAME")"
   INST_DIR="${INST_DIR:-$LOCAL_DIR/redis-$REDIS_PORT}"
   stop_instance
@@ -169,19 +143,4 @@ cmd_status() {
   return 3
 }
 
-cmd="${1:-}"
-[[ $# -gt 0 ]] && shift
-case "$cmd" in
-  ensure) cmd_ensure ;;
-  start-instance)
-    parse_instance_args "$@"
-    start_instance
-    ;;
-  stop-instance)
-    parse_instance_args "$@"
-    stop_instance
-    ;;
-  status) cmd_status ;;
-  stop-started) cmd_stop_started ;;
-  *) usage ;;
-esac
+instance_cli redis nosave "nosave|kill" "$@"
