@@ -44,13 +44,17 @@ export function decodeMessage<S extends z.ZodType>(schema: S, message: RawMessag
   return { ok: true, event: parsed.data };
 }
 
-/** Kafka headers arrive as Buffers (or arrays of them); handlers see plain strings. */
-export function headersToStrings(headers: Record<string, Buffer | string | (Buffer | string)[] | undefined> | undefined): Record<string, string> {
+type HeaderValue = Buffer | string | null | undefined;
+
+/**
+ * Kafka headers arrive as Buffers (or arrays of them); handlers see plain strings. A header sent
+ * with a null value (Java clients and kafkajs allow it) is treated as absent.
+ */
+export function headersToStrings(headers: Record<string, HeaderValue | HeaderValue[]> | undefined): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(headers ?? {})) {
-    if (v === undefined) continue;
     const first = Array.isArray(v) ? v[0] : v;
-    if (first !== undefined) out[k] = first.toString();
+    if (first !== undefined && first !== null) out[k] = first.toString();
   }
   return out;
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { TopicSchemas } from '@labelflow/contracts';
-import { decodeMessage, type RawMessage } from './codec';
+import { decodeMessage, headersToStrings, type RawMessage } from './codec';
 import { MessagingErrors } from './errors';
 
 const taskId = '7391122347125620736';
@@ -62,5 +62,10 @@ describe('messaging: decodeMessage', () => {
     const decoded = decode(message(json(event), '7391122347125620737'));
 
     expect(decoded).toMatchObject({ ok: false, reason: { code: MessagingErrors.SCHEMA_INVALID } });
+  });
+
+  it('reads header values as strings, takes the first of repeated ones and treats null values as absent', () => {
+    expect(headersToStrings({ a: Buffer.from('x'), b: 'y', c: [Buffer.from('1'), Buffer.from('2')], d: null, e: [null], f: undefined })).toEqual({ a: 'x', b: 'y', c: '1' });
+    expect(headersToStrings(undefined)).toEqual({});
   });
 });

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import { createLogger, createMetrics } from '@labelflow/telemetry';
-import { eventually, produceRaw, readTopic, uniqueName } from '@labelflow/testing';
+import { eventually, produceRaw, produceWithJavaClient, readTopic, uniqueName } from '@labelflow/testing';
 import { createConsumerLoop, createKafka, ensureTopics, type ConsumerLoop, type HandleOutcome } from './index';
 
 const infra = inject('infra');
@@ -121,5 +121,18 @@ describe('the consumer loop', () => {
     expect(dead.map((m) => m.headers?.['dlq-source-offset']?.toString())).toEqual(['0', '1']);
     expect(dead[1]!.headers?.['dlq-error-message']?.toString()).toMatch(/failed 3 times: bug in handler/);
     expect(await metrics.render()).toMatch(/consumer_dead_lettered_total\{topic="[^"]+",code="BUG",service="consumer-test"\} 1/);
+  });
+
+  it('reads a message whose header carries a null value instead of crash-looping on it, and goes on', async () => {
+    const t = await setup();
+    const applied: number[] = [];
+    await start({ ...t, handle: async (m) => (applied.push(m.n), { status: 'applied' }) });
+    // kafkajs cannot send a null header value, Java clients can: produce as one would.
+    await produceWithJavaClient(infra.kafkaBrokers, t.topic, [
+      { key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n: 1 }), headers: { 'x-optional': null, traceparent: null } },
+    ]);
+    await send(t.topic, [2]);
+    await eventually(() => expect(applied).toEqual([1, 2]));
+    await eventually(async () => expect(await committed(t.groupId, t.topic)).toBe(2));
   });
 });

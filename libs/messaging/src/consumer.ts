@@ -143,12 +143,22 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
 
   type Item = { readonly raw: RawMessage; readonly event?: E; readonly invalid?: { readonly code: string; readonly message: string } };
 
+  /**
+   * Never throws: a message that cannot even be read is dead-lettered like any other poison. A throw
+   * here would escape the batch before any offset is resolved, and kafkajs would refetch the same
+   * batch forever.
+   */
   function prepare(topic: string, partition: number, message: KafkaMessage): Item {
-    const raw: RawMessage = { topic, partition, offset: message.offset, key: message.key, value: message.value, headers: headersToStrings(message.headers) };
-    const schema = schemas.get(topic);
-    if (!schema) return { raw, invalid: { code: MessagingErrors.UNBOUND_TOPIC, message: `no schema bound for topic ${topic}` } };
-    const decoded = decodeMessage(schema, raw);
-    return decoded.ok ? { raw, event: decoded.event } : { raw, invalid: decoded.reason };
+    const raw: RawMessage = { topic, partition, offset: message.offset, key: message.key, value: message.value, headers: {} };
+    try {
+      const readable = { ...raw, headers: headersToStrings(message.headers) };
+      const schema = schemas.get(topic);
+      if (!schema) return { raw: readable, invalid: { code: MessagingErrors.UNBOUND_TOPIC, message: `no schema bound for topic ${topic}` } };
+      const decoded = decodeMessage(schema, readable);
+      return decoded.ok ? { raw: readable, event: decoded.event } : { raw: readable, invalid: decoded.reason };
+    } catch (error) {
+      return { raw, invalid: { code: MessagingErrors.DECODE_FAILED, message: `message could not be read: ${(error as Error).message}` } };
+    }
   }
 
   /** Retries a step that may fail transiently (the gate's inbox lookup) until it succeeds or the consumer stops. */

@@ -1,5 +1,11 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { Kafka, logLevel, type IHeaders, type KafkaMessage } from 'kafkajs';
+import { repoRoot } from './infra';
 import { uniqueName } from './names';
+
+const run = promisify(execFile);
 
 const client = (brokers: string) => new Kafka({ clientId: uniqueName('test'), brokers: brokers.split(','), logLevel: logLevel.NOTHING });
 
@@ -12,6 +18,43 @@ export async function produceRaw(brokers: string, topic: string, messages: reado
   } finally {
     await producer.disconnect();
   }
+}
+
+export interface JavaRecord {
+  readonly key: string;
+  readonly value: string;
+  /** A null value is sent as a header of length -1, which Java clients allow and kafkajs cannot send. */
+  /** At least one: the console producer cannot parse an empty header list (send those with produceRaw). */
+  readonly headers: Readonly<Record<string, string | null>>;
+}
+
+/**
+ * Produces through Apache Kafka's own Java client (kafka.tools.ConsoleProducer from the jars that
+ * infra/local/kafka.sh installs), for what other producers send and kafkajs cannot, such as null
+ * header values. Keys, values and headers must not contain tabs or newlines, header names no ',' or ':',
+ * header values no ','.
+ */
+export async function produceWithJavaClient(brokers: string, topic: string, records: readonly JavaRecord[]): Promise<void> {
+  const nullMarker = '<null>';
+  const plain = (s: string, what: string, forbidden: RegExp) => {
+    if (forbidden.test(s) || s === nullMarker) throw new Error(`produceWithJavaClient: ${what} ${JSON.stringify(s)} cannot be sent through the console producer`);
+    return s;
+  };
+  const lines = records.map((r) => {
+    if (Object.keys(r.headers).length === 0) throw new Error('produceWithJavaClient: every record needs a header; send header-less ones with produceRaw');
+    const headers = Object.entries(r.headers).map(([k, v]) => `${plain(k, 'header name', /[\t\n,:]/)}:${v === null ? nullMarker : plain(v, 'header value', /[\t\n,]/)}`);
+    return [headers.join(','), plain(r.key, 'key', /[\t\n]/), plain(r.value, 'value', /[\t\n]/)].join('\t');
+  });
+  await run('bash', [join(repoRoot, 'infra/local/kafka.sh'), 'install'], { timeout: 10 * 60_000 });
+  const libs = process.env.KAFKA_LIBS ?? join(process.env.LABELFLOW_LOCAL_DIR ?? join(repoRoot, '.local'), 'kafka/libs');
+  const producer = run(
+    'java',
+    ['-cp', `${libs}/*`, 'kafka.tools.ConsoleProducer', '--bootstrap-server', brokers, '--topic', topic, '--sync', '--request-required-acks', 'all',
+      '--property', 'parse.key=true', '--property', 'parse.headers=true', '--property', `null.marker=${nullMarker}`],
+    { timeout: 120_000 },
+  );
+  producer.child.stdin?.end(`${lines.join('\n')}\n`);
+  await producer;
 }
 
 /** Reads a topic from the beginning with a fresh group until `until` holds for what was read. */
