@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createTestDatabase, uniqueName } from '@labelflow/testing';
-import { createPool, withTransaction, type Pool } from './db';
+import { createPool, isTransientDbError, withTransaction, type Pool } from './db';
 
 const infra = inject('infra');
 
@@ -25,5 +25,30 @@ describe('the service pool', () => {
   it('still serves queries outside transactions, also right after one ended', async () => {
     await withTransaction(pool, async (tx) => tx.query('SELECT 1'));
     expect((await pool.query<{ two: number }>('SELECT 2 AS two')).rows[0]?.two).toBe(2);
+  });
+});
+
+describe('isTransientDbError on errors from real servers', () => {
+  const errorOf = async (url: string, sql: string) => {
+    const pool = createPool(url, 1);
+    try {
+      await pool.query(sql);
+      throw new Error('the query was expected to fail');
+    } catch (error) {
+      return error;
+    } finally {
+      await pool.end();
+    }
+  };
+
+  it('counts an unresolvable or refusing database host as transient, so consumers wait instead of dead-lettering', async () => {
+    expect(isTransientDbError(await errorOf('postgres://postgres@db-host-that-does-not-resolve.invalid:5432/x', 'SELECT 1'))).toBe(true);
+    expect(isTransientDbError(await errorOf('postgres://postgres@127.0.0.1:1/x', 'SELECT 1'))).toBe(true);
+  });
+
+  it('counts an error of the statement itself as permanent', async () => {
+    const url = `${infra.pgUrl}/postgres`;
+    expect(isTransientDbError(await errorOf(url, 'SELECT 1/0'))).toBe(false);
+    expect(isTransientDbError(await errorOf(url, 'SELECT * FROM no_such_table'))).toBe(false);
   });
 });

@@ -1,0 +1,25 @@
+import { describe, expect, it } from 'vitest';
+import { isTransientDbError } from './db';
+
+const withCode = (code: string) => Object.assign(new Error(`failed with ${code}`), { code });
+
+describe('isTransientDbError', () => {
+  it('is true for SQLSTATEs of a sick database: connection, resources, system I/O, serialization, shutdown', () => {
+    for (const code of ['08006', '08001', '53100', '53200', '53300', '58030', '40001', '40P01', '57P01', '57P03', '57P05']) {
+      expect(isTransientDbError(withCode(code)), code).toBe(true);
+    }
+  });
+
+  it('is true for network errors by code or by message', () => {
+    for (const code of ['ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNREFUSED', 'ECONNRESET']) expect(isTransientDbError(withCode(code)), code).toBe(true);
+    expect(isTransientDbError(new Error('Connection terminated unexpectedly'))).toBe(true);
+    expect(isTransientDbError(new Error('timeout exceeded when trying to connect'))).toBe(true);
+  });
+
+  it('is false for errors of the statement or the data, and for things that are not errors at all', () => {
+    for (const code of ['23505', '22012', '42P01', '22P02', '57P04', '0A000']) expect(isTransientDbError(withCode(code)), code).toBe(false);
+    expect(isTransientDbError(new TypeError('x is undefined'))).toBe(false);
+    expect(isTransientDbError({})).toBe(false);
+    expect(isTransientDbError(undefined)).toBe(false);
+  });
+});
