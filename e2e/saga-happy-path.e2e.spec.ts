@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { eventually, queryRows, startStack, type TestStack } from '@labelflow/testing';
 import { expectAuditClean } from './audit';
-import { claim, createProject, createTask, review, submitLabels, waitForStatus } from './saga';
+import { claim, createProject, createTask, key, review, submitLabels, waitForStatus } from './saga';
 
 describe('the annotation saga on the happy path', () => {
   let stack: TestStack;
@@ -77,5 +77,42 @@ describe('the annotation saga on the happy path', () => {
     });
     const empty = await labels.post(`/tasks/${taskId}/labels`, { annotatorId: 'alice', annotations: [] });
     expect(empty.status).toBe(400);
+  });
+
+  it('refuses what PostgreSQL cannot store, malformed caller headers, misspelt fields and bad URLs with 400, and takes a project id in any case', async () => {
+    const task = stack.http('task-svc');
+    const projectId = await createProject(stack, 1_000, 100);
+    type Failure = { error: { code: string; message: string } };
+
+    for (const title of ['a\u0000b', 'half a pair \ud800']) {
+      const res = await task.post<Failure>('/tasks', { projectId, title, dataUri: 's3://bucket/img.jpg' }, key());
+      expect([res.status, res.body.error.code], JSON.stringify(res.body)).toEqual([400, 'VALIDATION_FAILED']);
+    }
+    const nameless = await stack.http('billing-svc').post<Failure>('/projects', { name: 'nul\u0000', budget: 1, pricePerTask: 1 }, key());
+    expect([nameless.status, nameless.body.error.code]).toEqual([400, 'VALIDATION_FAILED']);
+
+    // The admin's user name travels in TaskCancelled; one the contracts refuse must never get that far.
+    const taskId = await createTask(stack, projectId);
+    const longUser = await task.post<Failure>(`/tasks/${taskId}/cancel`, { reason: 'x' }, { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'a'.repeat(129) });
+    expect([longUser.status, longUser.body.error.code]).toEqual([400, 'CALLER_INVALID']);
+    const badRole = await task.post<Failure>(`/tasks/${taskId}/cancel`, { reason: 'x' }, { 'x-labelflow-role': 'Admin; drop', 'x-labelflow-user': 'ops' });
+    expect([badRole.status, badRole.body.error.code]).toEqual([400, 'CALLER_INVALID']);
+    expect((await task.get<{ status: string }>(`/tasks/${taskId}`)).body.status).toBe('open');
+
+    await claim(stack, taskId, 'alice');
+    const typo = await stack.http('label-svc').post<Failure>(`/tasks/${taskId}/labels`, { annotatorId: 'alice', annotations: [{ label: 'cat', confidnce: 0.9 }] }, key());
+    expect([typo.status, typo.body.error.code]).toEqual([400, 'VALIDATION_FAILED']);
+    const retryBody = await stack.http('billing-svc').post<Failure>(`/tasks/${taskId}/billing/retry`, { foo: 1 }, { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'ops' });
+    expect([retryBody.status, retryBody.body.error.code]).toEqual([400, 'VALIDATION_FAILED']);
+
+    const badUrl = await task.get<Failure>('/tasks/%E0%A4%A');
+    expect([badUrl.status, badUrl.body.error?.code]).toEqual([400, 'BAD_REQUEST']);
+
+    // One project, two spellings: one counter, distinct numbers, ids stored in lower case.
+    const upper = projectId.toUpperCase();
+    const created = await Promise.all([upper, projectId, upper].map((p) => task.post<{ taskId: string; projectId: string; taskNumber: string }>('/tasks', { projectId: p, title: 't', dataUri: 's3://b/1.jpg' }, key())));
+    expect(created.map((r) => r.status), JSON.stringify(created.map((r) => r.body))).toEqual([201, 201, 201]);
+    expect(new Set(created.map((r) => r.body.projectId))).toEqual(new Set([projectId]));
+    expect(new Set(created.map((r) => r.body.taskNumber)).size).toBe(3);
   });
 });

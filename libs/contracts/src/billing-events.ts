@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AnnotatorId, Money } from './ids';
+import { AnnotatorId, Money, storable } from './ids';
 import { defineEvent } from './envelope';
 
 export const BillingFailureReason = z.enum(['INSUFFICIENT_BUDGET', 'PROJECT_NOT_FOUND', 'INJECTED_FAILURE']);
@@ -9,7 +9,7 @@ export const BillingCompleted = defineEvent('BillingCompleted', 1, z.object({ an
 export const BillingFailed = defineEvent('BillingFailed', 1, z.object({
   annotatorId: AnnotatorId,
   reason: BillingFailureReason,
-  detail: z.string().max(2000),
+  detail: storable(z.string().max(2000)),
 }));
 
 /** A billed attempt was undone: the debit returned to the budget and the payout reversed. */

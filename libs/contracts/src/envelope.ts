@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { Attempt, EventId, ProjectId, TaskId } from './ids';
+import { Attempt, EventId, ProjectId, TaskId, storable } from './ids';
 
 export const ServiceName = z.enum(['task-svc', 'label-svc', 'qa-svc', 'billing-svc']);
 export type ServiceName = z.infer<typeof ServiceName>;
@@ -12,7 +12,7 @@ const envelopeBase = {
   occurredAt: z.iso.datetime({ offset: true }),
   producer: ServiceName,
   /** What caused this event: the id of the consumed event, or the HTTP Idempotency-Key. */
-  causationId: z.string().min(1).max(255).optional(),
+  causationId: storable(z.string().min(1).max(255)).optional(),
 };
 
 /**

@@ -12,7 +12,12 @@ const snowflake = z
   // zod runs refinements even after the regex failed, so this must not throw on any string:
   // equal-length decimal strings compare like the numbers they spell.
   .refine((v) => v.length < 19 || (v.length === 19 && v <= '9223372036854775807'), 'must be a 64-bit id in decimal');
-const uuid = z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID');
+// One spelling per id: `C6C7…` and `c6c7…` are the same project, and every key, counter and
+// Idempotency-Key scope built from it must agree.
+const uuid = z
+  .string()
+  .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID')
+  .transform((v) => v.toLowerCase());
 const actor = z
   .string()
   .min(1)
@@ -37,3 +42,15 @@ export type Attempt = z.infer<typeof Attempt>;
 /** Money is always integer minor units (cents): floats drift and break hashing and sums. */
 export const Money = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 export type Money = z.infer<typeof Money>;
+
+// NUL, and a UTF-16 surrogate without its pair, cannot be stored: PostgreSQL rejects them in text
+// (22021) and jsonb (22P05, 22P02), which every event, outbox row and stored response is.
+// eslint-disable-next-line no-control-regex -- matching NUL is the point
+const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** True when PostgreSQL can store the string as text and inside jsonb. */
+export const isStorableText = (value: string): boolean => !UNSTORABLE.test(value);
+
+/** Adds the storable-text check to a string schema: free text from outside must pass it at the edge. */
+export const storable = <S extends z.ZodType<string, string>>(schema: S) =>
+  schema.refine(isStorableText, 'must not contain NUL characters or unpaired UTF-16 surrogates');

@@ -1,9 +1,9 @@
 import { z } from 'zod';
-import { AnnotatorId } from './ids';
+import { AnnotatorId, storable } from './ids';
 import { defineEvent } from './envelope';
 
 export const Annotation = z.object({
-  label: z.string().min(1).max(200),
+  label: storable(z.string().min(1).max(200)),
   confidence: z.number().min(0).max(1).optional(),
 });
 export type Annotation = z.infer<typeof Annotation>;

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AnnotatorId, ReviewerId } from './ids';
+import { AnnotatorId, ReviewerId, storable } from './ids';
 import { defineEvent } from './envelope';
 
 export const QaStarted = defineEvent('QaStarted', 1, z.object({ annotatorId: AnnotatorId }));
@@ -7,7 +7,7 @@ export const QaPassed = defineEvent('QaPassed', 1, z.object({ annotatorId: Annot
 export const QaRejected = defineEvent('QaRejected', 1, z.object({
   annotatorId: AnnotatorId,
   reviewerId: ReviewerId,
-  reason: z.string().min(1).max(2000),
+  reason: storable(z.string().min(1).max(2000)),
 }));
 
 /** The review's SLA passed without a decision: the attempt is abandoned and the task reworked. */

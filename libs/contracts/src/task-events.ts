@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { AnnotatorId, Attempt } from './ids';
+import { AnnotatorId, Attempt, storable } from './ids';
 import { defineEvent } from './envelope';
 
 export const TaskCreated = defineEvent('TaskCreated', 1, z.object({
-  title: z.string().min(1).max(500),
-  dataUri: z.string().min(1).max(2048),
+  title: storable(z.string().min(1).max(500)),
+  dataUri: storable(z.string().min(1).max(2048)),
   /** Human-friendly number within the project, e.g. `PRJ-1042` (gaps allowed, never reused). */
   taskNumber: z.string().regex(/^[A-Z][A-Z0-9]{1,9}-[1-9][0-9]*$/).optional(),
 }));
@@ -31,13 +31,13 @@ export const TaskReopened = defineEvent('TaskReopened', 1, z.object({
 /** The saga ended without a result; every service undoes its part (billing failed for good). */
 export const TaskFailed = defineEvent('TaskFailed', 1, z.object({
   reason: z.enum(['BILLING_FAILED']),
-  detail: z.string().max(2000),
+  detail: storable(z.string().max(2000)),
 }));
 
 /** An admin stopped the task at whatever stage it was; every service compensates its part. */
 export const TaskCancelled = defineEvent('TaskCancelled', 1, z.object({
-  reason: z.string().min(1).max(2000),
-  cancelledBy: z.string().min(1).max(128),
+  reason: storable(z.string().min(1).max(2000)),
+  cancelledBy: storable(z.string().min(1).max(128)),
   previousStatus: z.string().min(1).max(50),
 }));
 

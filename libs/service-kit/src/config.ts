@@ -2,11 +2,17 @@ import { z } from 'zod';
 import { DedupConfigShape, dedupConfigRefinement, dedupConfigRefinementMessage } from '@labelflow/dedup';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
+/** One refinement, not regex + refine: zod runs every check, and one bad broker is one problem. */
+const isBroker = (b: string) => {
+  const match = /^[^:\s]+:(\d{1,5})$/.exec(b);
+  return match !== null && Number(match[1]) >= 1 && Number(match[1]) <= 65535;
+};
+
 const csv = z
   .string()
   .min(1)
   .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean))
-  .pipe(z.array(z.string().regex(/^[^:\s]+:\d{1,5}$/, 'must be host:port')).min(1));
+  .pipe(z.array(z.string().refine(isBroker, 'must be host:port, port 1-65535')).min(1));
 
 const url = (protocols: readonly string[]) =>
   z.string().refine((s) => {
@@ -58,8 +64,9 @@ export const checkBaseConfig = <C extends BaseConfig>(config: C): string[] => [
  * (variable name and reason), never a stack trace from deep inside a client.
  */
 export function loadConfig<S extends z.ZodType<BaseConfig>>(schema: S, env: Record<string, string | undefined>): z.infer<S> {
-  // An empty variable (`PORT=`) means "not set": it takes the default instead of coercing to 0.
-  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  // An empty or blank variable (`PORT=`, `PORT=" "`) means "not set": it takes the default (or is
+  // reported missing) instead of coercing to 0.
+  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v.trim() !== ''));
   const parsed = schema.safeParse(present);
   const invalid = (problems: readonly string[]) =>
     new ServiceKitError(ServiceKitErrors.CONFIG_INVALID, `invalid configuration:\n  ${problems.join('\n  ')}`, { details: problems });

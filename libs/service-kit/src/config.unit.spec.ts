@@ -58,4 +58,14 @@ describe('service-kit: loadConfig', () => {
   it('rejects a broker list that is only separators', () => {
     expect(failure({ ...validEnv, KAFKA_BROKERS: ' , ' }).code).toBe(ServiceKitErrors.CONFIG_INVALID);
   });
+
+  it('treats a blank variable as unset instead of coercing it to 0', () => {
+    expect(loadConfig(BaseConfig, { ...validEnv, OUTBOX_POLL_MS: '   ' }).OUTBOX_POLL_MS).toBe(500);
+    expect((failure({ ...validEnv, PORT: ' ' }).details as string[]).map((p) => p.split(':')[0])).toEqual(['PORT']);
+  });
+
+  it('rejects a broker port outside 1-65535 at startup', () => {
+    const problems = failure({ ...validEnv, KAFKA_BROKERS: 'localhost:99999' }).details as string[];
+    expect(problems).toEqual([expect.stringMatching(/^KAFKA_BROKERS.*port 1-65535/)]);
+  });
 });

@@ -6,6 +6,7 @@ export const ServiceKitErrors = {
   DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
   CONCURRENT_UPDATE: 'CONCURRENT_UPDATE',
   ID_UNAVAILABLE: 'ID_UNAVAILABLE',
+  EVENT_INVALID: 'EVENT_INVALID',
 } as const;
 export type ServiceKitErrorCode = (typeof ServiceKitErrors)[keyof typeof ServiceKitErrors];
 

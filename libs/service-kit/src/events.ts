@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { topicName, topicOf, type DomainEvent, type EventId, type ServiceName } from '@labelflow/contracts';
+import { TopicSchemas, topicName, topicOf, type DomainEvent, type EventId, type ServiceName } from '@labelflow/contracts';
 import { enqueue, type OutboxMessage } from '@labelflow/outbox';
 import { currentTraceHeaders } from '@labelflow/telemetry';
 import type { Queryable } from './db';
+import { ServiceKitError, ServiceKitErrors } from './errors';
 
 type Stamped = 'id' | 'occurredAt' | 'producer' | 'causationId';
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
@@ -24,13 +25,25 @@ export interface EmitDeps {
 
 export type Emit = (tx: Queryable, drafts: readonly EventDraft[], causationId?: string) => Promise<readonly DomainEvent[]>;
 
+/**
+ * Checks an outgoing event against its topic's schema. An event the other services cannot read
+ * would be dead-lettered by every one of them while its producer went on as if it had happened, so
+ * it fails the producing transaction instead: nothing is committed and the caller hears why.
+ */
+function checked(event: DomainEvent): DomainEvent {
+  const parsed = TopicSchemas[topicOf(event.type)].safeParse(event);
+  if (parsed.success) return event;
+  const problems = parsed.error.issues.slice(0, 5).map((i) => `${i.path.join('.')}: ${i.message}`);
+  throw new ServiceKitError(ServiceKitErrors.EVENT_INVALID, `${event.type} does not match its schema: ${problems.join('; ')}`, { details: problems });
+}
+
 /** Stamps drafts into full events and appends them to the outbox inside the caller's transaction. */
 export function createEmitter(deps: EmitDeps): Emit {
   return async (tx, drafts, causationId) => {
     const events: DomainEvent[] = [];
     for (const d of drafts) {
       const id = (await deps.newId()) as EventId;
-      events.push({ ...d, id, occurredAt: deps.now().toISOString(), producer: deps.producer, ...(causationId ? { causationId } : {}) } as DomainEvent);
+      events.push(checked({ ...d, id, occurredAt: deps.now().toISOString(), producer: deps.producer, ...(causationId ? { causationId } : {}) } as DomainEvent));
     }
     const trace = currentTraceHeaders();
     const messages: OutboxMessage[] = events.map((e) => ({

@@ -1,6 +1,6 @@
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { z } from 'zod';
-import { callerOf, type ErrorBody } from '@labelflow/contracts';
+import { CALLER_INVALID, callerOf, LabelflowError, parseCaller, type ErrorBody } from '@labelflow/contracts';
 import { withTraceContext, type Logger, type Metrics } from '@labelflow/telemetry';
 import { isTransientDbError } from './db';
 import { HttpError, ServiceKitError, ServiceKitErrors } from './errors';
@@ -23,12 +23,23 @@ const errorBody = (code: string, message: string, details?: unknown): ErrorBody 
  * made active for the handler so emitted events continue the caller's trace.
  */
 export function createHttpApp({ logger, readiness, metrics, bodyLimit = 1_048_576 }: HttpAppDeps): FastifyInstance {
-  const app: FastifyInstance = Fastify({ loggerInstance: logger.child({ component: 'http' }) as FastifyBaseLogger, bodyLimit });
+  const app: FastifyInstance = Fastify({
+    loggerInstance: logger.child({ component: 'http' }) as FastifyBaseLogger,
+    bodyLimit,
+    // Errors fastify raises before routing (a malformed URL) skip setErrorHandler; same body shape.
+    frameworkErrors: (error, _request, reply) => void (reply as FastifyReply).status(400).send(errorBody('BAD_REQUEST', error.message)),
+  });
 
+  // The caller headers are checked once, before anything reads them (routes, the idempotency scope).
+  app.addHook('onRequest', async (request, reply) => {
+    const caller = parseCaller(request.headers);
+    if (!caller.ok) return reply.status(400).send(errorBody(caller.reason.code, caller.reason.message));
+  });
   app.addHook('onRequest', (request, _reply, done) => withTraceContext(request.headers, done));
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error instanceof HttpError) return reply.status(error.status).send(errorBody(error.code, error.message, error.details));
+    if (error instanceof LabelflowError && error.code === CALLER_INVALID) return reply.status(400).send(errorBody(error.code, error.message));
     if (error instanceof ServiceKitError && error.code === ServiceKitErrors.CONCURRENT_UPDATE) {
       return reply.status(409).send(errorBody('CONCURRENT_UPDATE', 'the resource changed concurrently; retry the request'));
     }

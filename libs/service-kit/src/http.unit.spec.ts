@@ -58,4 +58,25 @@ describe('createHttpApp errors', () => {
     expect([bug.statusCode, bug.json().error.code]).toEqual([500, 'INTERNAL']);
     await app.close();
   });
+
+  it('answers a malformed URL with the same JSON error shape as every other error', async () => {
+    const app = createHttpApp({ logger: createLogger({ service: 'test', level: 'silent' }), readiness: {} });
+    app.get('/tasks/:id', async () => ({ ok: true }));
+    const res = await app.inject({ url: '/tasks/%E0%A4%A' });
+    expect([res.statusCode, res.json().error.code]).toEqual([400, 'BAD_REQUEST']);
+    await app.close();
+  });
+
+  it('refuses malformed caller headers with 400 CALLER_INVALID before the route runs', async () => {
+    const app = createHttpApp({ logger: createLogger({ service: 'test', level: 'silent' }), readiness: {} });
+    let ran = 0;
+    app.post('/cancel', async () => ++ran);
+    const long = await app.inject({ method: 'POST', url: '/cancel', headers: { 'x-labelflow-user': 'a'.repeat(129), 'x-labelflow-role': 'admin' } });
+    const role = await app.inject({ method: 'POST', url: '/cancel', headers: { 'x-labelflow-role': 'root!' } });
+    expect([long.statusCode, long.json().error.code, role.statusCode, role.json().error.code]).toEqual([400, 'CALLER_INVALID', 400, 'CALLER_INVALID']);
+    expect(ran).toBe(0);
+    const fine = await app.inject({ method: 'POST', url: '/cancel', headers: { 'x-labelflow-user': 'ops@example.com', 'x-labelflow-role': 'admin' } });
+    expect([fine.statusCode, ran]).toEqual([200, 1]);
+    await app.close();
+  });
 });

@@ -9,6 +9,8 @@ import { executeBilling } from './execute';
 import { listBillings } from './repository';
 
 const TaskParams = z.object({ taskId: TaskId });
+/** The retry takes no parameters: no body, or an empty JSON object. */
+const RetryBody = z.object({}).strict().optional();
 const statusFor: Record<BillingRejection['code'], number> = {
   ALREADY_BILLED: 409,
   TASK_CANCELLED: 409,
@@ -24,6 +26,7 @@ export function billingRoutes(app: FastifyInstance, ctx: ServiceContext<BillingS
   app.post('/tasks/:taskId/billing/retry', async (request) => {
     requireAdmin(request.headers);
     const { taskId } = parseInput(TaskParams, request.params, 'path');
+    parseInput(RetryBody, request.body);
     return request.idempotent({}, async (tx, key) => {
       const result = await executeBilling(tx, { type: 'RetryBilling', taskId, failurePrefix: ctx.config.FAULT_BILLING_FAILURE_PREFIX });
       if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type {} from '@labelflow/idempotency';
 import { z } from 'zod';
-import { AnnotatorId, Money, ProjectId, TaskId } from '@labelflow/contracts';
+import { AnnotatorId, Money, ProjectId, storable, TaskId } from '@labelflow/contracts';
 import { HttpError, parseInput, type Queryable, type ServiceContext } from '@labelflow/service-kit';
 import { listBillings, loadPayoutBalance, type BillingRecord } from '../billing/repository';
 import type { BillingSvcConfig } from '../config';
@@ -10,7 +10,7 @@ import { appendLedger, insertProject, listLedger, loadProject, loadProjectSummar
 
 const PositiveMoney = Money.min(1);
 const CreateProjectBody = z.object({
-  name: z.string().trim().min(1).max(200),
+  name: storable(z.string().trim().min(1).max(200)),
   budget: Money,
   pricePerTask: PositiveMoney,
   currency: z.string().regex(/^[A-Z]{3}$/, 'must be a 3-letter uppercase currency code').default('USD'),

@@ -8,7 +8,8 @@ import type { LabelRejection } from './decide';
 import { executeLabel } from './execute';
 import { listLabelRows, loadLabelTask } from './repository';
 
-const SubmitBody = z.object({ annotatorId: AnnotatorId, annotations: z.array(Annotation).min(1).max(1000), attempt: Attempt.optional() }).strict();
+// Strict down to each annotation: a misspelt field (`confidnce`) is an error, not silently dropped.
+const SubmitBody = z.object({ annotatorId: AnnotatorId, annotations: z.array(Annotation.strict()).min(1).max(1000), attempt: Attempt.optional() }).strict();
 const TaskParams = z.object({ taskId: TaskId });
 
 const statusFor: Record<LabelRejection['code'], number> = {

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type {} from '@labelflow/idempotency';
 import { z } from 'zod';
-import { Attempt, ReviewerId, TaskId } from '@labelflow/contracts';
+import { Attempt, ReviewerId, storable, TaskId } from '@labelflow/contracts';
 import { HttpError, parseInput, type Queryable, type ServiceContext } from '@labelflow/service-kit';
 import type { QaSvcConfig } from '../config';
 import { ReviewDecision, type ReviewRejection } from './decide';
@@ -13,7 +13,7 @@ const DecideBody = z
   .object({
     reviewerId: ReviewerId,
     decision: z.enum([ReviewDecision.approve, ReviewDecision.reject]),
-    reason: z.string().trim().min(1).max(2000).optional(),
+    reason: storable(z.string().trim().min(1).max(2000)).optional(),
     attempt: Attempt.optional(),
   })
   .strict();

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { IdempotentOptions } from '@labelflow/idempotency';
 import { createSegmentAllocator, formatTaskNumber, ProjectKey } from '@labelflow/idgen';
 import { z } from 'zod';
-import { AnnotatorId, callerOf, ProjectId, TaskId } from '@labelflow/contracts';
+import { AnnotatorId, callerOf, ProjectId, storable, TaskId } from '@labelflow/contracts';
 import { HttpError, parseInput, requireAdmin, type PoolClient, type ServiceContext } from '@labelflow/service-kit';
 import type { TaskSvcConfig } from '../config';
 import type { TaskCommand, TaskRejection } from './decide';
@@ -11,12 +11,12 @@ import { listTasks, loadTask, projectKeyFor, type TaskRecord } from './repositor
 import { TaskStatus } from './state';
 
 const CreateTaskBody = z
-  .object({ projectId: ProjectId, title: z.string().trim().min(1).max(500), dataUri: z.string().min(1).max(2048), projectKey: ProjectKey.optional() })
+  .object({ projectId: ProjectId, title: storable(z.string().trim().min(1).max(500)), dataUri: storable(z.string().min(1).max(2048)), projectKey: ProjectKey.optional() })
   .strict();
 /** Task numbers of a project whose first task named no key read `TASK-1`, `TASK-2`, ... */
 const DEFAULT_PROJECT_KEY = 'TASK';
 const ClaimBody = z.object({ annotatorId: AnnotatorId }).strict();
-const CancelBody = z.object({ reason: z.string().trim().min(1).max(2000) }).strict();
+const CancelBody = z.object({ reason: storable(z.string().trim().min(1).max(2000)) }).strict();
 const TaskParams = z.object({ taskId: TaskId });
 const ListQuery = z.object({
   projectId: ProjectId.optional(),
