@@ -135,4 +135,33 @@ describe('the consumer loop', () => {
     await eventually(() => expect(applied).toEqual([1, 2]));
     await eventually(async () => expect(await committed(t.groupId, t.topic)).toBe(2));
   });
+
+  it('dead-letters a message the dead-letter topic refuses as too large without its value, with its coordinates, and goes on', async () => {
+    const topic = uniqueName('consumer-topic');
+    const dlq = `${topic}.dlq`;
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      await admin.createTopics({
+        waitForLeaders: true,
+        topics: [{ topic, numPartitions: 1 }, { topic: dlq, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '2048' }] }],
+      });
+    } finally {
+      await admin.disconnect();
+    }
+    const t = { topic, dlq, groupId: uniqueName('group') };
+    const applied: number[] = [];
+    await start({ ...t, handle: async (m) => (applied.push(m.n), { status: 'applied' }) });
+    const huge = `not json ${'x'.repeat(8_000)}`;
+    await produceRaw(infra.kafkaBrokers, topic, [{ key: 'k', value: huge }]);
+    await send(topic, [9]);
+
+    await eventually(() => expect(applied).toEqual([9]));
+    const [dead] = await readTopic(infra.kafkaBrokers, dlq, (m) => m.length >= 1);
+    expect(dead!.value).toBeNull();
+    expect(dead!.headers?.['dlq-value-omitted']?.toString()).toBe('MESSAGE_TOO_LARGE');
+    expect(dead!.headers?.['dlq-error-code']?.toString()).toBe('MESSAGING_DECODE_FAILED');
+    expect([dead!.headers?.['dlq-source-topic']?.toString(), dead!.headers?.['dlq-source-offset']?.toString()]).toEqual([topic, '0']);
+    await eventually(async () => expect(await committed(t.groupId, topic)).toBe(2));
+  });
 });

@@ -110,7 +110,15 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     return payload.isRunning() && !payload.isStale();
   }
 
+  /**
+   * Publishes the message to the dead-letter topic, retrying until it is there: an unreachable broker
+   * must not let the consumer skip it. The one failure that retrying cannot fix is a message the
+   * dead-letter topic refuses as too large (it arrived compressed, or the topic's limit is lower):
+   * then the record goes without its value, with every header and the source coordinates, where
+   * the original can still be read.
+   */
   async function deadLetter(raw: RawMessage, code: string, reason: string, payload: EachBatchPayload): Promise<Step> {
+    let omitValue = false;
     for (let attempt = 0; ; attempt++) {
       try {
         await dlqProducer.send({
@@ -118,8 +126,9 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
           acks: -1,
           messages: [{
             key: raw.key,
-            value: raw.value,
+            value: omitValue ? null : raw.value,
             headers: {
+              ...(omitValue ? { 'dlq-value-omitted': 'MESSAGE_TOO_LARGE' } : {}),
               ...raw.headers,
               'dlq-error-code': code,
               'dlq-error-message': reason.slice(0, 4000),
@@ -135,6 +144,11 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
         log.error({ source: coordinates(raw), code, reason, deadLetterTopic }, 'message dead-lettered');
         return 'done';
       } catch (error) {
+        if (!omitValue && isTooLarge(error)) {
+          log.warn({ source: coordinates(raw), bytes: raw.value?.length }, 'dead-letter topic refused the message as too large; sending it without its value');
+          omitValue = true;
+          continue;
+        }
         log.warn({ err: error, source: coordinates(raw) }, 'dead-letter publish failed; retrying');
         if (!(await waitOrAbort(backoff(attempt), payload))) return 'aborted';
       }
@@ -282,4 +296,13 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
       await dlqProducer.disconnect();
     },
   };
+}
+
+/** kafkajs reports the broker's MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE directly or wrapped. */
+function isTooLarge(error: unknown): boolean {
+  for (let e = error as { type?: unknown; cause?: unknown; originalError?: unknown } | undefined, depth = 0; e && depth < 5; depth++) {
+    if (e.type === 'MESSAGE_TOO_LARGE' || e.type === 'RECORD_LIST_TOO_LARGE') return true;
+    e = (e.originalError ?? e.cause) as typeof e;
+  }
+  return false;
 }
