@@ -24,6 +24,11 @@ export interface OutboxRelay {
   close(): Promise<void>;
 }
 
+interface Wait {
+  readonly wokenByNotify: boolean;
+  readonly end: () => void;
+}
+
 interface Row {
   id: string;
   topic: string;
@@ -45,40 +50,43 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
   let running = false;
   let listener: pg.PoolClient | undefined;
   let leader = false;
-  let wake: (() => void) | undefined;
+  let pending: Wait | undefined;
   let loop: Promise<void> | undefined;
   let lastPrune = 0;
   // A NOTIFY that lands while a batch is being published must not wait for the next poll.
   let dirty = false;
 
-  const sleep = (ms: number) =>
+  // Only close() and, for the leader's idle wait, a NOTIFY end a wait early: a standby cannot
+  // publish what a NOTIFY announces, and a backoff cut short hammers a database that is down.
+  const wait = (ms: number, { wokenByNotify }: { wokenByNotify: boolean }) =>
     new Promise<void>((resolve) => {
-      if (dirty) return resolve();
-      const timer = setTimeout(() => {
-        wake = undefined;
-        resolve();
-      }, ms);
-      wake = () => {
-        clearTimeout(timer);
-        wake = undefined;
-        resolve();
+      if (!running) return resolve();
+      const current: Wait = {
+        wokenByNotify,
+        end: () => {
+          clearTimeout(timer);
+          if (pending === current) pending = undefined;
+          resolve();
+        },
       };
+      const timer = setTimeout(current.end, ms);
+      pending = current;
     });
+
+  function onNotification(): void {
+    dirty = true;
+    if (pending?.wokenByNotify) pending.end();
+  }
 
   async function connectListener(): Promise<pg.PoolClient> {
     if (listener) return listener;
     const client = await pool.connect();
-    client.on('notification', () => {
-      dirty = true;
-      wake?.();
-    });
+    client.on('notification', onNotification);
     // The advisory lock lives and dies with this session: once it is gone, another instance may
-    // lead, so this one must stop publishing before its next batch.
+    // lead, so this one must stop publishing before its next batch. The pool still counts a dead
+    // client as checked out until it is released, so it is released here or never.
     const lost = () => {
-      if (listener === client) {
-        listener = undefined;
-        leader = false;
-      }
+      if (listener === client) void dropListener();
     };
     client.on('error', lost);
     client.on('end', lost);
@@ -92,6 +100,7 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
     return client;
   }
 
+  // Whoever unsets `listener` releases its client, so each client is released exactly once.
   async function dropListener(): Promise<void> {
     const client = listener;
     listener = undefined;
@@ -121,7 +130,9 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
   async function drainOnce(): Promise<number> {
     let total = 0;
     for (;;) {
-      if (!leader) return total;
+      // Stopping between batches keeps close() within the service's shutdown budget; rows left
+      // unpublished stay pending for whichever relay leads next.
+      if (!leader || !running) return total;
       const n = await publishBatch();
       total += n;
       if (n < batchSize) return total;
@@ -134,26 +145,38 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
     await pool.query(`DELETE FROM outbox WHERE published_at < now() - ($1::bigint * interval '1 millisecond')`, [retentionMs]);
   }
 
+  async function lead(session: pg.PoolClient): Promise<boolean> {
+    const got = await session.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [lockKey]);
+    return got.rows[0]?.ok === true;
+  }
+
+  async function step(): Promise<void> {
+    const session = await connectListener();
+    if (!leader) leader = await lead(session);
+    if (!leader) return;
+    dirty = false;
+    await drainOnce();
+    if (running) await prune();
+  }
+
+  // A standby only needs to notice that the lock became free, which no NOTIFY announces.
+  async function idle(): Promise<void> {
+    if (!leader) return wait(pollMs, { wokenByNotify: false });
+    if (dirty) return;
+    return wait(pollMs, { wokenByNotify: true });
+  }
+
   async function run(): Promise<void> {
     let backoff = 100;
     while (running) {
       try {
-        const session = await connectListener();
-        if (!leader) {
-          const got = await session.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [lockKey]);
-          leader = got.rows[0]?.ok === true;
-        }
-        if (leader) {
-          dirty = false;
-          await drainOnce();
-          await prune();
-        }
+        await step();
         backoff = 100;
-        if (running) await sleep(pollMs);
+        await idle();
       } catch (error) {
         logger.warn({ err: error, backoffMs: backoff }, 'outbox relay error; retrying');
         await dropListener();
-        if (running) await sleep(backoff);
+        await wait(backoff, { wokenByNotify: false });
         backoff = Math.min(backoff * 2, 5_000);
       }
     }
@@ -167,7 +190,7 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
     },
     async close() {
       running = false;
-      wake?.();
+      pending?.end();
       await loop;
       await dropListener();
     },
