@@ -71,7 +71,10 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
       if (stale.length > 0) flag('NO_SURVIVING_DEBIT', `money booked for superseded attempts ${stale.map(([a]) => a).join(', ')} (task on attempt ${t.attempt})`, ids);
     }
     if (TERMINAL_FAILURES.has(t.status)) checkCompensated(s, t, flag);
-    else checkNotStuck(s, t, o, flag);
+    else {
+      checkSupersededUndone(s, t, flag);
+      checkNotStuck(s, t, o, flag);
+    }
   }
 
   for (const p of s.projects) {
@@ -101,6 +104,13 @@ function checkCompensated(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag)
   if (t.status === 'cancelled') {
     for (const a of s.assignments.filter((a) => a.taskId === t.taskId && a.annotatorId !== null)) flag('COMPENSATED', `cancelled task keeps an open assignment to ${a.annotatorId} in label-svc`, ids);
   }
+}
+
+/** An attempt that a reopen replaced keeps no approval anywhere: nobody pays for it. */
+function checkSupersededUndone(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag): void {
+  const ids = { taskId: t.taskId, projectId: t.projectId };
+  for (const r of s.reviews.filter((r) => r.taskId === t.taskId && r.attempt < t.attempt && r.status === 'passed')) flag('COMPENSATED', `superseded attempt ${r.attempt} keeps an approved review in qa-svc (task on attempt ${t.attempt})`, ids);
+  for (const l of s.labels.filter((l) => l.taskId === t.taskId && l.attempt < t.attempt && l.status === 'accepted')) flag('COMPENSATED', `superseded attempt ${l.attempt} keeps accepted labels in label-svc (task on attempt ${t.attempt})`, ids);
 }
 
 /**

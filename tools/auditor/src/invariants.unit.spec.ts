@@ -79,4 +79,18 @@ describe('the saga invariants', () => {
   it('catch payouts that do not equal credits minus reversals', () => {
     expect(invariantsOf({ ...healthy(), payouts: [{ annotatorId: 'ann', balance: 300 }] })).toEqual(['PAYOUT_BALANCE']);
   });
+
+  it('catch a superseded attempt that keeps its approval after the rework was completed and billed', () => {
+    const s = healthy();
+    const reworked: Snapshot = {
+      ...s,
+      tasks: [{ ...s.tasks[0]!, attempt: 2 }],
+      labels: [{ taskId: 't1', attempt: 1, status: 'accepted' }, { taskId: 't1', attempt: 2, status: 'accepted' }],
+      reviews: [{ taskId: 't1', attempt: 1, status: 'passed', deadlineAt: null }, { taskId: 't1', attempt: 2, status: 'passed', deadlineAt: null }],
+      ledger: s.ledger.map((e) => (e.taskId ? { ...e, attempt: 2 } : e)),
+    };
+    expect(invariantsOf(reworked)).toEqual(['COMPENSATED', 'COMPENSATED']);
+    const undone = { ...reworked, labels: [{ taskId: 't1', attempt: 1, status: 'voided' }, reworked.labels[1]!], reviews: [{ taskId: 't1', attempt: 1, status: 'revoked', deadlineAt: null }, reworked.reviews[1]!] };
+    expect(checkInvariants(undone, options)).toEqual([]);
+  });
 });

@@ -1,6 +1,6 @@
 import type { BillingCompleted, BillingEvent, BillingFailed, BillingFailureReason, BillingRefunded, QaPassed, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
-import { billingOf, BillingStatus, type AttemptBilling, type BillingTaskState } from './state';
+import { billingOf, BillingStatus, evolve, type AttemptBilling, type BillingTaskState } from './state';
 
 export type BillingCommand =
   /** QA approved an attempt. `failurePrefix` is the test fault switch: annotators it matches fail. */
@@ -60,14 +60,19 @@ function billTask(event: EventDraft<QaPassed>, injectFailure: boolean, state: Bi
   if (event.attempt < state.latestAttempt) return reject('ATTEMPT_SUPERSEDED', `attempt ${event.attempt} was superseded by attempt ${state.latestAttempt}`);
   const billed = billingOf(state, event.attempt);
   if (billed && billed.status !== BillingStatus.failed) return reject('ALREADY_BILLED', `task ${event.taskId} attempt ${event.attempt} is already ${billed.status}`);
-  const charge = chargeable(state, injectFailure);
+  // An approval of a newer attempt proves the reopen that task-events may not have brought yet.
+  // Older billed attempts are refunded first, so the new one is charged against a budget that no
+  // longer holds their debit; the TaskReopened that follows then finds nothing left to refund.
+  const superseded = state.billings.filter((b) => b.status === BillingStatus.completed && b.attempt < event.attempt).map((b) => refund(b, 'ATTEMPT_SUPERSEDED'));
+  const current = superseded.reduce(evolve, state);
+  const charge = chargeable(current, injectFailure);
   const base = { version: 1, taskId: event.taskId, projectId: event.projectId, attempt: event.attempt } as const;
   if (!charge.ok) {
     const failed: EventDraft<BillingFailed> = { ...base, type: 'BillingFailed', payload: { annotatorId: event.payload.annotatorId, reason: charge.reason, detail: charge.detail } };
-    return accept(failed);
+    return accept(...superseded, failed);
   }
-  const completed: EventDraft<BillingCompleted> = { ...base, type: 'BillingCompleted', payload: { annotatorId: event.payload.annotatorId, amount: state.project?.pricePerTask ?? 0 } };
-  return accept(completed);
+  const completed: EventDraft<BillingCompleted> = { ...base, type: 'BillingCompleted', payload: { annotatorId: event.payload.annotatorId, amount: current.project?.pricePerTask ?? 0 } };
+  return accept(...superseded, completed);
 }
 
 function retry(injectFailure: boolean, state: BillingTaskState): BillingDecision {

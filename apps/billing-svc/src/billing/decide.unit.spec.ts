@@ -115,4 +115,20 @@ describe('billing-svc: compensations', () => {
     expect(after.project?.balance).toBe(1_000);
     expect(after.latestAttempt).toBe(2);
   });
+
+  it('refunds the superseded attempt before charging a newer one whose approval overtook the reopen, so the budget covers it', () => {
+    // Budget for exactly one task: attempt 1 was billed, then task-svc reopened the task, and the
+    // approval of attempt 2 reaches billing before the TaskReopened does.
+    const billedOnce = completed(given(project(500)));
+    const { decision, after } = run(billedOnce, bill(qaPassed(2, 'ann-2' as AnnotatorId)));
+
+    expect(types(decision)).toEqual(['BillingRefunded', 'BillingCompleted']);
+    expect(decision.ok && decision.events[0]).toMatchObject({ attempt: 1, payload: { reason: 'ATTEMPT_SUPERSEDED', amount: 500 } });
+    expect(after.project?.balance).toBe(0);
+    expect(after.billings.map((b) => [b.attempt, b.status])).toEqual([[1, 'refunded'], [2, 'completed']]);
+
+    const late = run(after, observe(reopened(2)));
+    expect(types(late.decision)).toEqual([]);
+    expect(late.after.project?.balance).toBe(0);
+  });
 });

@@ -258,10 +258,20 @@ describe('label-svc: a reopened task supersedes unreviewed labels', () => {
     expect(statuses(state)).toEqual([[1, 'voided', 'SUPERSEDED']]);
   });
 
-  it('keeps reviewed labels of the older attempt as they are when the task is reopened', () => {
+  it('keeps rejected labels of the older attempt as they are when the task is reopened', () => {
     const { state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice), qaRejected(1)), taskReopened(2));
 
     expect(statuses(state)).toEqual([[1, 'rejected', null]]);
+  });
+
+  it('voids accepted labels of the older attempt as SUPERSEDED on the reopen, whether or not billing ever refunds them', () => {
+    // Billing refuses a late approval of a superseded attempt without billing it, so no refund
+    // would come to void these labels: the reopen itself must.
+    const reopened = whenObserved(given(taskAssigned(alice), labelSubmitted(alice), qaPassed(1)), taskReopened(2, alice, 'LEASE_EXPIRED'));
+    expect(statuses(reopened.state)).toEqual([[1, 'voided', 'SUPERSEDED']]);
+
+    const refundedToo = whenObserved(reopened.state, billingRefunded(1, 'ATTEMPT_SUPERSEDED'));
+    expect(statuses(refundedToo.state)).toEqual([[1, 'voided', 'SUPERSEDED']]);
   });
 
   it('keeps superseded labels voided when their QaRejected arrives after the reopen', () => {

@@ -103,8 +103,9 @@ export function evolve(state: LabelTaskState, event: LabelStateEvent): LabelTask
       const current = state.assignment;
       if (current && event.attempt <= current.attempt) return state;
       const reopened = { ...state, assignment: { projectId: event.projectId, attempt: event.attempt, annotatorId: null, leaseExpiresAt: null, version: current?.version ?? 0 } };
-      // Labels of an older attempt that were never reviewed will never be: the attempt is over.
-      return updateLabels(reopened, (l) => (l.attempt < event.attempt && l.status === LabelStatus.submitted ? toVoided(l, VoidReason.superseded) : l));
+      // The attempt is over: labels never reviewed will never be, and accepted ones are paid for by
+      // no one (billing refunds or refuses a superseded attempt; it never keeps it).
+      return updateLabels(reopened, (l) => (l.attempt < event.attempt && (l.status === LabelStatus.submitted || l.status === LabelStatus.accepted) ? toVoided(l, VoidReason.superseded) : l));
     }
     case 'TaskCancelled': {
       const current = state.assignment;

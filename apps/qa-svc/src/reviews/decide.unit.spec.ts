@@ -236,8 +236,18 @@ describe('qa-svc: a reopened task', () => {
     expect(statuses(state)).toEqual([[1, 'voided', 'SUPERSEDED']]);
   });
 
-  it('keeps decided reviews of older attempts as they are', () => {
+  it('keeps rejected reviews of older attempts as they are', () => {
     expect(statuses(when(given(opened(1), qaRejected(1)), observe(taskReopened(2))).state)).toEqual([[1, 'rejected', null]]);
+  });
+
+  it('revokes a passed review of an older attempt as SUPERSEDED on the reopen, whether or not billing ever refunds it', () => {
+    // Billing refuses a late approval of a superseded attempt without billing it, so no
+    // ATTEMPT_SUPERSEDED refund would come to revoke this pass: the reopen itself must.
+    const { state } = when(given(opened(1), qaPassed(1)), observe(taskReopened(2)));
+    expect(statuses(state)).toEqual([[1, 'revoked', 'SUPERSEDED']]);
+
+    const refund = decide(observe(billingRefunded(1, 'ATTEMPT_SUPERSEDED')), state);
+    expect(rejectionCode(refund)).toBe('NOTHING_TO_UNDO');
   });
 
   it('records the reopen even before qa-svc has seen any review of the task (tombstone)', () => {

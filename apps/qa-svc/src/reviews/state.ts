@@ -123,7 +123,15 @@ export function evolve(state: ReviewTaskState, event: ReviewStateEvent): ReviewT
     case 'TaskReopened': {
       if (event.attempt <= state.reopenedAttempt) return state;
       const reopened = { ...state, reopenedAttempt: event.attempt };
-      return updateReviews(reopened, (r) => (r.attempt < event.attempt && r.status === ReviewStatus.pending ? { ...r, ...close(ReviewStatus.voided, CloseReason.superseded) } : r));
+      // The reopen ends every older attempt. A pass of one is revoked here too, not only on billing's
+      // ATTEMPT_SUPERSEDED refund: billing refuses a late approval of a superseded attempt without
+      // billing it, and then no refund ever comes.
+      return updateReviews(reopened, (r) => {
+        if (r.attempt >= event.attempt) return r;
+        if (r.status === ReviewStatus.pending) return { ...r, ...close(ReviewStatus.voided, CloseReason.superseded) };
+        if (r.status === ReviewStatus.passed) return { ...r, ...close(ReviewStatus.revoked, CloseReason.superseded) };
+        return r;
+      });
     }
     case 'TaskCancelled':
       return updateReviews({ ...state, cancelled: true }, (r) => {
