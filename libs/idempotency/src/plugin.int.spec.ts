@@ -269,6 +269,25 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     expect(replayed.headers.get('idempotent-replayed')).toBe('true');
   });
 
+  it('releases a lock that a timed-out begin left in Redis, so the retry of a failed command runs instead of answering 409', async () => {
+    const { http, namespace } = await start({ redisUrl: privateRedis.url, redisTimeoutMs: 50 });
+    const observer = await connect(privateRedis.url);
+    const key = randomUUID();
+    const name = uniqueName('late-begin');
+    failuresLeft.set(name, 1);
+    // Redis holds every write (the begin script included) for 300 ms: the plugin gives up on it
+    // after 50 ms, yet Redis runs it afterwards and sets this request's lock.
+    await observer.call('CLIENT', 'PAUSE', '300', 'WRITE');
+    const failed = await post(http, { name }, key);
+    expect(failed.status).toBe(503);
+    await observer.set(`${namespace}:probe`, '1'); // returns once the pause is over
+    await eventually(async () => expect(await observer.get(`${namespace}:alice:p1:${key}`)).toBeNull());
+
+    const retried = await post(http, { name }, key);
+    expect(retried.status).toBe(201);
+    expect(await effects(name)).toBe(1);
+  });
+
   it('replays from PostgreSQL when Redis forgot everything (FLUSHALL + SCRIPT FLUSH on a private Redis)', async () => {
     const { http, redis, namespace } = await start({ redisUrl: privateRedis.url });
     const key = randomUUID();

@@ -274,7 +274,9 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
       return sendProblem(reply, IdempotencyErrors.KEY_IN_FLIGHT, `a request with Idempotency-Key ${key} is still being processed; retry later with the same key`);
     }
     const ownLock = seen?.kind === 'acquired';
-    const releaseLock = () => (ownLock ? viaRedis('release', (t) => t.release(redisKey, fingerprint, owner)) : Promise.resolve(undefined));
+    // Released even when `begin` failed or timed out: Redis may still have run it and set our lock,
+    // which would answer the client's retry 409 for lockMs. The release is owner-checked.
+    const releaseLock = () => viaRedis('release', (t) => t.release(redisKey, fingerprint, owner));
 
     // 2. PostgreSQL: claim the key, run the command, store its response, commit — one transaction.
     const createdAt = now();

@@ -104,7 +104,10 @@ export function createSegmentAllocator(options: SegmentAllocatorOptions): Segmen
           state.buffer = undefined;
           continue;
         }
-        await (state.inflight ?? fetch(scope, state, false));
+        // A failed background prefetch is not this caller's failure (it was reported through
+        // onPrefetchError): the loop fetches for itself, and only its own fetch can fail it.
+        if (state.inflight) await state.inflight.catch(() => undefined);
+        else await fetch(scope, state, false);
       }
     },
   };

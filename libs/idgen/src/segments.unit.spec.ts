@@ -29,6 +29,29 @@ describe('the segment allocator (in memory)', () => {
     expect(fetched).toEqual([[1, 1000, false]]);
   });
 
+  it('fetches for a waiting caller itself when the background prefetch it waited on failed', async () => {
+    const fake = fakePool(2);
+    let failNext = false;
+    const flaky: Queryable = {
+      query: async (text, values) => {
+        if (failNext) {
+          failNext = false;
+          await new Promise((r) => setTimeout(r, 5));
+          throw new Error('connection reset during prefetch');
+        }
+        return fake.pool.query(text, values);
+      },
+    };
+    const prefetchErrors: unknown[] = [];
+    const alloc = createSegmentAllocator({ pool: flaky, segmentSize: 5, prefetchAt: 0.2, onPrefetchError: (_s, e) => prefetchErrors.push(e) });
+    const first = await Promise.all([1, 2, 3].map(() => alloc.next('p')));
+    failNext = true;
+    // The 4th number starts a prefetch that fails; the 6th has to wait for it and must not inherit its error.
+    const rest = await Promise.all([1, 2, 3].map(() => alloc.next('p')));
+    expect([...first, ...rest].sort((a, b) => a - b)).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(prefetchErrors).toHaveLength(1);
+  });
+
   it('prefetches the next segment in the background and never fetches it twice', async () => {
     const fake = fakePool(2);
     const fetched: [number, number, boolean][] = [];

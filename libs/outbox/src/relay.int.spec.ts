@@ -1,9 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
-import { Writable } from 'node:stream';
 import { createKafka, createPublisher, ensureTopics, type KafkaPublisher } from '@labelflow/messaging';
 import { createLogger } from '@labelflow/telemetry';
-import { createTestDatabase, eventually, readAll, readTopic, uniqueName, createTestPool } from '@labelflow/testing';
+import { captureLogs, createTestDatabase, eventually, readAll, readTopic, uniqueName, createTestPool } from '@labelflow/testing';
 import { createOutboxRelay, enqueue, outboxMigrationSql, type OutboxRelay, type PublishedMessage, type Publisher } from './index';
 
 const infra = inject('infra');
@@ -24,15 +23,13 @@ function lockAttempts() {
 
 /** A logger that keeps the relay's retry warnings: when each was logged and the backoff it announced. */
 function retryLog() {
-  const retries: { at: number; backoffMs: number }[] = [];
-  const destination = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      const line = JSON.parse(chunk.toString()) as { time: string; backoffMs?: number };
-      if (line.backoffMs !== undefined) retries.push({ at: Date.parse(line.time), backoffMs: line.backoffMs });
-      done();
+  const { logger, lines } = captureLogs({ service: 'outbox-test', level: 'warn' });
+  return {
+    logger,
+    get retries() {
+      return lines.filter((l) => typeof l.backoffMs === 'number').map((l) => ({ at: Date.parse(l.time), backoffMs: l.backoffMs as number }));
     },
-  });
-  return { retries, logger: createLogger({ service: 'outbox-test', level: 'warn', destination }) };
+  };
 }
 
 const lockHolderSql = `SELECT l.pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()`;

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
 import { parseSnowflake } from '@labelflow/idgen';
 import { createLogger } from '@labelflow/telemetry';
-import { createTestDatabase, uniqueName, createTestPool } from '@labelflow/testing';
+import { captureLogs, createTestDatabase, eventually, uniqueName, createTestPool } from '@labelflow/testing';
 import { createIdSource, idgenMigration } from './index';
 
 const infra = inject('infra');
@@ -49,5 +49,31 @@ describe('the service id source', () => {
     const next = await createIdSource({ pool, service: 'label-svc', logger });
     expect(next.workerId()).toBe(worker);
     await next.close();
+  });
+
+  it('keeps trying to lease a new worker id after losing its own, while every id is taken, and issues ids again once one frees up', async () => {
+    const logs = captureLogs({ service: 'ids-test', level: 'error' });
+    const source = await createIdSource({ pool, service: 'task-svc', logger: logs.logger, lease: { ttlMs: 1_000, renewEveryMs: 50 } });
+    const before = await source.next();
+    // Another holder takes every worker id of the service, ours included: the next renewal finds
+    // the lease gone, and the new lease cannot be had until one frees up.
+    await pool.query(
+      `INSERT INTO idgen_worker_leases (namespace, worker_id, owner, expires_at)
+       SELECT 'task-svc', g, 'squatter', now() + interval '1 hour' FROM generate_series(0, 255) AS g
+       ON CONFLICT (namespace, worker_id) DO UPDATE SET owner = 'squatter', expires_at = EXCLUDED.expires_at`,
+    );
+    await eventually(async () => expect(source.next()).rejects.toMatchObject({ code: 'ID_UNAVAILABLE', retriable: true }));
+    // Several failed attempts, each one logged and retried: an unhandled one would end the process.
+    const failures = () => logs.lines.filter((l) => l.msg === 'leasing a new id worker failed; retrying');
+    await eventually(() => expect(failures().length).toBeGreaterThanOrEqual(3));
+    expect(failures().map((l) => l.retryInMs).slice(0, 3)).toEqual([100, 200, 400]);
+    await expect(source.next()).rejects.toMatchObject({ code: 'ID_UNAVAILABLE' });
+
+    await pool.query("DELETE FROM idgen_worker_leases WHERE namespace = 'task-svc' AND owner = 'squatter' AND worker_id = 7");
+    const after = await eventually(async () => source.next(), { timeoutMs: 15_000 });
+    expect(parseSnowflake(after).workerId).toBe(7);
+    expect(BigInt(after) > BigInt(before)).toBe(true);
+    await source.close();
+    await pool.query("DELETE FROM idgen_worker_leases WHERE namespace = 'task-svc'");
   });
 });

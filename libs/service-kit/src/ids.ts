@@ -15,16 +15,26 @@ export interface IdSource {
   close(): Promise<void>;
 }
 
+export interface IdSourceDeps {
+  readonly pool: Pool;
+  readonly service: ServiceName;
+  readonly logger: Logger;
+  /** Lease timing (defaults of @labelflow/idgen: 30 s TTL, renewed every 10 s); tests shorten it. */
+  readonly lease?: { readonly ttlMs?: number; readonly renewEveryMs?: number };
+}
+
 /**
  * Snowflake ids from a worker id leased in the service's database: no two live processes share
  * one. When the lease is lost (this process stalled past its TTL and another took the id), ids
- * stop at once and a new worker id is leased; until then callers get a retriable error.
+ * stop at once and a new worker id is leased, retrying with backoff for as long as that fails
+ * (database away, every id taken); until then callers get a retriable error.
  */
-export async function createIdSource({ pool, service, logger }: { pool: Pool; service: ServiceName; logger: Logger }): Promise<IdSource> {
+export async function createIdSource({ pool, service, logger, lease: timing = {} }: IdSourceDeps): Promise<IdSource> {
   let lease: WorkerLease;
   let flake: Snowflake;
   let relaunch: Promise<void> | undefined;
   let closed = false;
+  let wakeRelaunch: (() => void) | undefined;
 
   const acquire = async (): Promise<void> => {
     const next = createWorkerLease({
@@ -32,9 +42,10 @@ export async function createIdSource({ pool, service, logger }: { pool: Pool; se
       namespace: service,
       maxWorkers: WORKERS_PER_SERVICE,
       owner: service,
+      ...timing,
       onLost: ({ workerId }) => {
         logger.error({ workerId }, 'id worker lease lost; leasing a new worker id');
-        relaunch ??= acquire().finally(() => (relaunch = undefined));
+        relaunch ??= reacquire().finally(() => (relaunch = undefined));
       },
       onRenewError: (error) => logger.warn({ err: error }, 'id worker lease renewal failed'),
     });
@@ -45,6 +56,26 @@ export async function createIdSource({ pool, service, logger }: { pool: Pool; se
       isValid: () => next.valid,
       onClockBackward: (ms) => logger.warn({ ms }, 'clock moved backwards; waiting it out'),
     });
+  };
+  // Nobody awaits a relaunch: a rejection here would be unhandled and end the process.
+  const reacquire = async (): Promise<void> => {
+    for (let delay = 100; !closed; delay = Math.min(delay * 2, 5_000)) {
+      try {
+        await acquire();
+        logger.info({ workerId: flake.workerId }, 'new id worker leased');
+        return;
+      } catch (error) {
+        logger.error({ err: error, retryInMs: delay }, 'leasing a new id worker failed; retrying');
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, delay);
+          wakeRelaunch = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wakeRelaunch = undefined;
+      }
+    }
   };
   await acquire();
 
@@ -61,6 +92,7 @@ export async function createIdSource({ pool, service, logger }: { pool: Pool; se
     workerId: () => flake.workerId,
     async close() {
       closed = true;
+      wakeRelaunch?.();
       await relaunch?.catch(() => undefined);
       await lease.release();
     },

@@ -9,3 +9,4 @@ export * from './kafka';
 export * from './private';
 export * from './redis';
 export * from './metrics';
+export * from './logs';
