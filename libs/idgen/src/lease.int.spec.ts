@@ -57,6 +57,37 @@ describe('worker-id leases and Snowflake ids on PostgreSQL', () => {
     await Promise.all([b.release(), c.release()]);
   });
 
+  it('hands a released worker id on with its high-water mark, so the next holder never repeats a millisecond even with a lagging clock', async () => {
+    let issuing: ReturnType<typeof createSnowflake> | undefined;
+    const first = leaseIn('high-water', { lastIssuedMs: () => issuing?.lastIssuedMs() ?? 0 });
+    const workerId = await first.acquire();
+    expect(first.issuedUpToMs).toBe(0);
+    issuing = createSnowflake({ workerId, isValid: () => first.valid, issuedUpToMs: first.issuedUpToMs });
+    // The first holder's clock runs 2 s ahead of the next holder's.
+    const ahead = createSnowflake({ workerId, clock: () => Date.now() + 2_000, isValid: () => first.valid });
+    issuing = ahead;
+    const last = await ahead.next();
+    await first.release();
+
+    const second = leaseIn('high-water');
+    expect(await second.acquire()).toBe(workerId);
+    expect(second.issuedUpToMs).toBe(parseSnowflake(last).timestampMs);
+    const lagging = createSnowflake({ workerId, isValid: () => second.valid, issuedUpToMs: second.issuedUpToMs });
+    await expect(lagging.next()).rejects.toMatchObject({ code: IdgenErrors.CLOCK_MOVED_BACKWARDS });
+    const later = createSnowflake({ workerId, clock: () => Date.now() + 2_100, isValid: () => second.valid, issuedUpToMs: second.issuedUpToMs });
+    expect(BigInt(await later.next()) > BigInt(last)).toBe(true);
+    await second.release();
+  });
+
+  it('records the high-water mark with every renewal, not only on release', async () => {
+    const lease = leaseIn('renewed-mark', { lastIssuedMs: () => 1_800_000_000_123 });
+    const workerId = await lease.acquire();
+    await lease.renew();
+    const { rows } = await pool.query<{ ms: string }>("SELECT last_issued_ms::text AS ms FROM idgen_worker_leases WHERE namespace = 'renewed-mark' AND worker_id = $1", [workerId]);
+    expect(rows[0]?.ms).toBe('1800000000123');
+    await lease.release();
+  });
+
   it('takes over an expired lease, and the old holder reports onLost on its next renewal and its generator refuses ids', async () => {
     const lost: number[] = [];
     const old = leaseIn('expired', { onLost: ({ workerId }) => lost.push(workerId) });
@@ -111,6 +142,7 @@ describe('worker-id leases and Snowflake ids on PostgreSQL', () => {
       expect(new Set(reports.map((r) => r.workerId)).size).toBe(4);
 
       const all = new BigUint64Array(4 * perProcess);
+      const lastIds: string[] = [];
       for (const [i, f] of files.entries()) {
         const buf = await readFile(f);
         const ids = new BigUint64Array(buf.buffer, buf.byteOffset, buf.byteLength / 8);
@@ -121,6 +153,7 @@ describe('worker-id leases and Snowflake ids on PostgreSQL', () => {
         }
         expect(parseSnowflake(ids[0]!.toString()).workerId).toBe(workerId);
         expect(parseSnowflake(ids[perProcess - 1]!.toString()).workerId).toBe(workerId);
+        lastIds.push(ids[perProcess - 1]!.toString());
         all.set(ids, i * perProcess);
       }
       all.sort();
@@ -128,9 +161,11 @@ describe('worker-id leases and Snowflake ids on PostgreSQL', () => {
       for (let k = 1; k < all.length; k++) if (all[k] === all[k - 1]) duplicates++;
       expect(duplicates).toBe(0);
       console.error(`[idgen] 4 x ${perProcess} ids: wall ${wallMs} ms (incl. process start), generation ms per process ${reports.map((r) => r.elapsedMs).join(', ')}`);
-      // Every process released its lease on exit.
-      const { rows } = await pool.query("SELECT 1 FROM idgen_worker_leases WHERE namespace = 'multiprocess'");
-      expect(rows).toHaveLength(0);
+      // Every process released its lease on exit, leaving its worker id free with its high-water mark.
+      const { rows } = await pool.query<{ live: boolean; ms: string }>("SELECT expires_at > now() AS live, last_issued_ms::text AS ms FROM idgen_worker_leases WHERE namespace = 'multiprocess' ORDER BY worker_id");
+      expect(rows.map((r) => r.live)).toEqual([false, false, false, false]);
+      const lastOf = new Map(reports.map((r, i) => [r.workerId, parseSnowflake(lastIds[i]!).timestampMs]));
+      expect(rows.map((r) => Number(r.ms))).toEqual([...lastOf.entries()].sort(([a], [b]) => a - b).map(([, ms]) => ms));
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

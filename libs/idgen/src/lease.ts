@@ -22,6 +22,11 @@ export interface WorkerLeaseOptions {
   readonly onLost?: (info: { namespace: string; workerId: number; owner: string }) => void;
   /** Called when a background renewal fails (database unreachable). The lease stays valid until its local deadline. */
   readonly onRenewError?: (err: unknown) => void;
+  /**
+   * The last millisecond (since the Unix epoch) this holder issued ids in, e.g. `() => snowflake.lastIssuedMs()`.
+   * Recorded with every renewal and on release, as the worker id's high-water mark for the next holder.
+   */
+  readonly lastIssuedMs?: () => number;
 }
 
 export interface WorkerLease {
@@ -30,6 +35,11 @@ export interface WorkerLease {
   readonly owner: string;
   /** The leased id. Throws before `acquire()` resolved. */
   readonly workerId: number;
+  /**
+   * The worker id's high-water mark when this lease took it: the last millisecond a previous holder
+   * issued ids in (0 if none). Pass it to `createSnowflake({ issuedUpToMs })`. Throws before `acquire()` resolved.
+   */
+  readonly issuedUpToMs: number;
   /**
    * True while ids may be issued under this worker id: acquired, not released, not lost, and the
    * last successful renewal is younger than `ttlMs` by this process's monotonic clock.
@@ -66,25 +76,28 @@ WITH candidate AS (
   ON CONFLICT (namespace, worker_id) DO UPDATE
      SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
    WHERE idgen_worker_leases.expires_at < now()
-  RETURNING worker_id
+  RETURNING worker_id, last_issued_ms
 )
-SELECT (SELECT id FROM candidate) AS candidate, (SELECT worker_id FROM claimed) AS worker_id`;
+SELECT (SELECT id FROM candidate) AS candidate, (SELECT worker_id FROM claimed) AS worker_id, (SELECT last_issued_ms FROM claimed)::text AS last_issued_ms`;
 
 // Renewal succeeds as long as the row is still ours, even if it expired meanwhile: nobody else took
 // the id, so nobody else issued ids under it.
 const RENEW_SQL = `
-UPDATE idgen_worker_leases SET expires_at = now() + $4::int * interval '1 millisecond'
+UPDATE idgen_worker_leases SET expires_at = now() + $4::int * interval '1 millisecond', last_issued_ms = GREATEST(last_issued_ms, $5::bigint)
  WHERE namespace = $1 AND worker_id = $2 AND owner = $3
 RETURNING worker_id`;
 
-const RELEASE_SQL = 'DELETE FROM idgen_worker_leases WHERE namespace = $1 AND worker_id = $2 AND owner = $3';
+// Expires the row instead of deleting it: the id is free at once, and its high-water mark stays.
+const RELEASE_SQL = `
+UPDATE idgen_worker_leases SET expires_at = '-infinity', last_issued_ms = GREATEST(last_issued_ms, $4::bigint)
+ WHERE namespace = $1 AND worker_id = $2 AND owner = $3`;
 
 /**
  * A PostgreSQL-backed lease on a worker id, so no two live processes generate Snowflake ids with the
  * same worker id. Wire it to the generator with `createSnowflake({ workerId: lease.workerId, isValid: () => lease.valid })`.
  */
 export function createWorkerLease(options: WorkerLeaseOptions): WorkerLease {
-  const { pool, namespace, ttlMs = 30_000, renewEveryMs = 10_000, maxWorkers = MAX_WORKER_ID + 1, onLost, onRenewError } = options;
+  const { pool, namespace, ttlMs = 30_000, renewEveryMs = 10_000, maxWorkers = MAX_WORKER_ID + 1, onLost, onRenewError, lastIssuedMs = () => 0 } = options;
   if (typeof namespace !== 'string' || namespace.length === 0 || namespace.length > 200) {
     throw new IdgenError(IdgenErrors.CONFIG_INVALID, 'namespace must be a non-empty string of at most 200 characters');
   }
@@ -94,6 +107,7 @@ export function createWorkerLease(options: WorkerLeaseOptions): WorkerLease {
   const owner = `${options.owner ?? `${hostname()}:${process.pid}`}#${randomBytes(6).toString('hex')}`;
 
   let workerId: number | undefined;
+  let issuedUpToMs = 0;
   let deadline = 0; // performance.now() after which we may no longer issue ids without a renewal
   let lost = false;
   let released = false;
@@ -116,7 +130,7 @@ export function createWorkerLease(options: WorkerLeaseOptions): WorkerLease {
     if (workerId === undefined || released) return false;
     if (lost) return false;
     const sentAt = performance.now(); // the database's expiry is at least this + ttl
-    const res = await pool.query<{ worker_id: number }>(RENEW_SQL, [namespace, workerId, owner, ttlMs]);
+    const res = await pool.query<{ worker_id: number }>(RENEW_SQL, [namespace, workerId, owner, ttlMs, Math.floor(lastIssuedMs())]);
     if (res.rows.length === 0) {
       if (!released) markLost();
       return false;
@@ -139,6 +153,10 @@ export function createWorkerLease(options: WorkerLeaseOptions): WorkerLease {
       if (workerId === undefined) throw new IdgenError(IdgenErrors.LEASE_LOST, 'worker lease not acquired yet');
       return workerId;
     },
+    get issuedUpToMs(): number {
+      if (workerId === undefined) throw new IdgenError(IdgenErrors.LEASE_LOST, 'worker lease not acquired yet');
+      return issuedUpToMs;
+    },
     get valid(): boolean {
       return workerId !== undefined && !lost && !released && performance.now() < deadline;
     },
@@ -151,11 +169,12 @@ export function createWorkerLease(options: WorkerLeaseOptions): WorkerLease {
       // Each lost race means another claimer won an id, so at most maxWorkers retries are useful.
       for (let attempt = 0; attempt <= maxWorkers; attempt++) {
         const sentAt = performance.now();
-        const { rows } = await pool.query<{ candidate: number | null; worker_id: number | null }>(CLAIM_SQL, [namespace, owner, ttlMs, maxWorkers]);
+        const { rows } = await pool.query<{ candidate: number | null; worker_id: number | null; last_issued_ms: string | null }>(CLAIM_SQL, [namespace, owner, ttlMs, maxWorkers]);
         const row = rows[0];
         if (!row || row.candidate === null) break;
         if (row.worker_id === null) continue; // lost the race for that candidate: look again
         workerId = row.worker_id;
+        issuedUpToMs = Number(row.last_issued_ms ?? 0);
         deadline = sentAt + ttlMs;
         timer = setInterval(() => {
           renew().catch((err: unknown) => onRenewError?.(err));
@@ -174,7 +193,7 @@ export function createWorkerLease(options: WorkerLeaseOptions): WorkerLease {
       released = true;
       stop();
       await renewing?.catch(() => undefined);
-      if (workerId !== undefined && !lost) await pool.query(RELEASE_SQL, [namespace, workerId, owner]);
+      if (workerId !== undefined && !lost) await pool.query(RELEASE_SQL, [namespace, workerId, owner, Math.floor(lastIssuedMs())]);
     },
   };
 }

@@ -80,12 +80,19 @@ export interface SnowflakeOptions {
   readonly sleep?: (ms: number) => Promise<void>;
   /** Checked before every id; `false` refuses with `IDGEN_LEASE_LOST`. Wire `() => lease.valid`. */
   readonly isValid?: () => boolean;
+  /**
+   * The last millisecond (since the Unix epoch) a previous holder of this worker id issued ids in:
+   * `lease.issuedUpToMs`. Ids start after it; a clock still behind it counts as a backwards step.
+   */
+  readonly issuedUpToMs?: number;
 }
 
 export interface Snowflake {
   readonly workerId: number;
   /** The next id: strictly greater than every id this generator returned before. */
   next(): Promise<SnowflakeId>;
+  /** The millisecond (since the Unix epoch) of the last id issued, or the `issuedUpToMs` it started from; 0 if neither. */
+  lastIssuedMs(): number;
 }
 
 /**
@@ -102,8 +109,10 @@ export function createSnowflake(options: SnowflakeOptions): Snowflake {
     throw new IdgenError(IdgenErrors.CONFIG_INVALID, `maxBackwardMs must be a non-negative integer, got ${maxBackwardMs}`);
   }
   const workerBits = BigInt(workerId) << WORKER_SHIFT;
-  let lastMs = -1; // offset from the epoch of the last id issued
-  let sequence = 0;
+  const inherited = Math.floor(options.issuedUpToMs ?? 0) - SNOWFLAKE_EPOCH_MS;
+  let lastMs = inherited >= 0 ? inherited : -1; // offset from the epoch of the last id issued
+  // The inherited millisecond may be full: its sequence numbers were the previous holder's.
+  let sequence = inherited >= 0 ? MAX_SEQUENCE : 0;
 
   const next = async (): Promise<SnowflakeId> => {
     for (;;) {
@@ -139,5 +148,5 @@ export function createSnowflake(options: SnowflakeOptions): Snowflake {
       return ((BigInt(now) << TIMESTAMP_SHIFT) | workerBits | BigInt(sequence)).toString() as SnowflakeId;
     }
   };
-  return { workerId, next };
+  return { workerId, next, lastIssuedMs: () => (lastMs >= 0 ? lastMs + SNOWFLAKE_EPOCH_MS : 0) };
 }

@@ -83,6 +83,30 @@ describe('Snowflake ids', () => {
     expect(t.sleeps).toEqual([]);
   });
 
+  it('starts after the high-water mark it inherited with the worker id, never inside that millisecond', async () => {
+    const t = fakeClock();
+    const previous = createSnowflake({ workerId: 9, clock: t.clock, sleep: t.sleep });
+    const issued = [await previous.next(), await previous.next()];
+    expect(previous.lastIssuedMs()).toBe(t.clock());
+
+    // The next holder's clock reads the very millisecond the previous holder last used.
+    const next = createSnowflake({ workerId: 9, clock: t.clock, sleep: t.sleep, issuedUpToMs: previous.lastIssuedMs() });
+    const first = await next.next();
+    expect(big(first) > big(issued[1]!)).toBe(true);
+    expect(parseSnowflake(first).timestampMs).toBe(previous.lastIssuedMs() + 1);
+  });
+
+  it('counts a clock still behind the inherited high-water mark as a step back: waited out if small, refused if large', async () => {
+    const t = fakeClock();
+    const mark = t.clock() + 3;
+    const small = createSnowflake({ workerId: 9, clock: t.clock, sleep: t.sleep, issuedUpToMs: mark });
+    expect(parseSnowflake(await small.next()).timestampMs).toBeGreaterThan(mark);
+
+    const far = createSnowflake({ workerId: 9, clock: t.clock, sleep: t.sleep, issuedUpToMs: t.clock() + 60_000 });
+    await expect(far.next()).rejects.toMatchObject({ code: IdgenErrors.CLOCK_MOVED_BACKWARDS });
+    expect(createSnowflake({ workerId: 9 }).lastIssuedMs()).toBe(0);
+  });
+
   it('refuses to issue ids once its lease is no longer valid', async () => {
     let valid = true;
     const sf = createSnowflake({ workerId: 4, isValid: () => valid });

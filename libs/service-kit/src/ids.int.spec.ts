@@ -3,7 +3,7 @@ import pg from 'pg';
 import { parseSnowflake } from '@labelflow/idgen';
 import { createLogger } from '@labelflow/telemetry';
 import { captureLogs, createTestDatabase, eventually, uniqueName, createTestPool } from '@labelflow/testing';
-import { createIdSource, idgenMigration } from './index';
+import { createIdSource, idgenLastIssuedMigration, idgenMigration } from './index';
 
 const infra = inject('infra');
 const logger = createLogger({ service: 'ids-test', level: 'silent' });
@@ -16,6 +16,7 @@ describe('the service id source', () => {
     drop = db.drop;
     pool = createTestPool(db.url, 8);
     await pool.query(idgenMigration.sql);
+    await pool.query(idgenLastIssuedMigration.sql);
   });
   afterAll(async () => {
     await pool.end();

@@ -37,6 +37,8 @@ export async function createIdSource({ pool, service, logger, lease: timing = {}
   let wakeRelaunch: (() => void) | undefined;
 
   const acquire = async (): Promise<void> => {
+    // The lease reports the generator's high-water mark, and the generator is made after the lease.
+    const generator: { current?: Snowflake } = {};
     const next = createWorkerLease({
       pool,
       namespace: service,
@@ -48,14 +50,17 @@ export async function createIdSource({ pool, service, logger, lease: timing = {}
         relaunch ??= reacquire().finally(() => (relaunch = undefined));
       },
       onRenewError: (error) => logger.warn({ err: error }, 'id worker lease renewal failed'),
+      lastIssuedMs: () => generator.current?.lastIssuedMs() ?? 0,
     });
     const slot = await next.acquire();
     lease = next;
-    flake = createSnowflake({
+    generator.current = createSnowflake({
       workerId: serviceSlot[service] * WORKERS_PER_SERVICE + slot,
       isValid: () => next.valid,
+      issuedUpToMs: next.issuedUpToMs,
       onClockBackward: (ms) => logger.warn({ ms }, 'clock moved backwards; waiting it out'),
     });
+    flake = generator.current;
   };
   // Nobody awaits a relaunch: a rejection here would be unhandled and end the process.
   const reacquire = async (): Promise<void> => {

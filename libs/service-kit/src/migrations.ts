@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { inboxMigrationSql } from '@labelflow/dedup';
 import { idempotencyMigrationSql } from '@labelflow/idempotency';
-import { idgenMigrationSql } from '@labelflow/idgen';
+import { idgenLastIssuedSql, idgenMigrationSql } from '@labelflow/idgen';
 import { outboxMigrationSql } from '@labelflow/outbox';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
@@ -77,4 +77,6 @@ ALTER TABLE inbox ALTER COLUMN task_id TYPE text USING task_id::text, ALTER COLU
 export const idgenMigration: Migration = { version: 102, name: 'id generator leases and segments', sql: idgenMigrationSql };
 
 /** Every core migration, in the order services list them. */
-export const coreMigrations: readonly Migration[] = [coreMigration, idempotencyKeysMigration, snowflakeIdsMigration, idgenMigration];
+export const idgenLastIssuedMigration: Migration = { version: 103, name: 'id worker high-water marks', sql: idgenLastIssuedSql };
+
+export const coreMigrations: readonly Migration[] = [coreMigration, idempotencyKeysMigration, snowflakeIdsMigration, idgenMigration, idgenLastIssuedMigration];

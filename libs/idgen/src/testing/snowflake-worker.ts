@@ -13,19 +13,21 @@ if (!dbUrl || !namespace || !countArg || !outFile) throw new Error('usage: snowf
 const count = Number(countArg);
 
 const pool = new pg.Pool({ connectionString: dbUrl, max: 2 });
-const lease = createWorkerLease({ pool, namespace, owner: `snowflake-worker:${process.pid}`, ttlMs: 30_000, renewEveryMs: 5_000 });
+const generator: { current?: ReturnType<typeof createSnowflake> } = {};
+const lease = createWorkerLease({ pool, namespace, owner: `snowflake-worker:${process.pid}`, ttlMs: 30_000, renewEveryMs: 5_000, lastIssuedMs: () => generator.current?.lastIssuedMs() ?? 0 });
 const workerId = await lease.acquire();
 for (let waited = 0; ; waited += 10) {
-  const { rows } = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM idgen_worker_leases WHERE namespace = $1', [namespace]);
+  const { rows } = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM idgen_worker_leases WHERE namespace = $1 AND expires_at > now()', [namespace]);
   if ((rows[0]?.n ?? 0) >= Number(peersArg)) break;
   if (waited > 30_000) throw new Error(`peers did not show up: ${rows[0]?.n} of ${peersArg} leases`);
   await new Promise((r) => setTimeout(r, 10));
 }
-const snowflake = createSnowflake({ workerId, isValid: () => lease.valid });
+const issuing = createSnowflake({ workerId, isValid: () => lease.valid, issuedUpToMs: lease.issuedUpToMs });
+generator.current = issuing;
 
 const ids = new BigUint64Array(count);
 const started = performance.now();
-for (let i = 0; i < count; i++) ids[i] = BigInt(await snowflake.next());
+for (let i = 0; i < count; i++) ids[i] = BigInt(await issuing.next());
 const elapsedMs = performance.now() - started;
 await writeFile(outFile, new Uint8Array(ids.buffer));
 await lease.release();
