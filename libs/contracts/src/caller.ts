@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { LabelflowError, type Result } from './errors';
+import { ActorName } from './ids';
 
 /**
  * Who is calling, as the gateway in front of the services says (labelflow trusts these headers
@@ -14,7 +15,7 @@ export interface Caller {
 
 // The user ends up in events (`cancelledBy`) and Idempotency-Key scopes, so it obeys the same rules
 // as the ids of annotators and reviewers; a role is a short lower-case word.
-const CallerUser = z.string().min(1).max(128).regex(/^[A-Za-z0-9][A-Za-z0-9._@-]*$/);
+const CallerUser = ActorName;
 const CallerRole = z.string().regex(/^[a-z][a-z0-9_-]{0,31}$/);
 
 export const CALLER_INVALID = 'CALLER_INVALID';

@@ -18,7 +18,8 @@ const uuid = z
   .string()
   .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID')
   .transform((v) => v.toLowerCase());
-const actor = z
+/** A person or system acting in the saga: annotators, reviewers, and the caller named by the gateway. */
+export const ActorName = z
   .string()
   .min(1)
   .max(128)
@@ -30,9 +31,9 @@ export const ProjectId = uuid.brand<'ProjectId'>();
 export type ProjectId = z.infer<typeof ProjectId>;
 export const EventId = snowflake.brand<'EventId'>();
 export type EventId = z.infer<typeof EventId>;
-export const AnnotatorId = actor.brand<'AnnotatorId'>();
+export const AnnotatorId = ActorName.brand<'AnnotatorId'>();
 export type AnnotatorId = z.infer<typeof AnnotatorId>;
-export const ReviewerId = actor.brand<'ReviewerId'>();
+export const ReviewerId = ActorName.brand<'ReviewerId'>();
 export type ReviewerId = z.infer<typeof ReviewerId>;
 
 /** The task's attempt (revision): 1 for the first assignment, +1 on every reassignment. */

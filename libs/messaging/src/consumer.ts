@@ -128,8 +128,8 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
             key: raw.key,
             value: omitValue ? null : raw.value,
             headers: {
-              ...(omitValue ? { 'dlq-value-omitted': 'MESSAGE_TOO_LARGE' } : {}),
               ...raw.headers,
+              ...(omitValue ? { 'dlq-value-omitted': 'MESSAGE_TOO_LARGE' } : {}),
               'dlq-error-code': code,
               'dlq-error-message': reason.slice(0, 4000),
               'dlq-source-topic': raw.topic,
