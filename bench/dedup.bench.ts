@@ -20,8 +20,7 @@ import pg from 'pg';
 import { createClient } from '@redis/client';
 import { IdempotencyConfig, makeIdempotent } from '@aws-lambda-powertools/idempotency';
 import { CachePersistenceLayer } from '@aws-lambda-powertools/idempotency/cache';
-import { createRedisTier, DedupConfigShape, formatKey, inboxMigrationSql, RecentKeys, recordInInbox, RedisVerdict, type DedupKey, type InboxEntry } from '@labelflow/dedup';
-import { recordBatchInInbox } from './inbox-batch';
+import { createRedisTier, DedupConfigShape, formatKey, inboxMigrationSql, RecentKeys, recordInInbox, recordManyInInbox, RedisVerdict, type DedupKey, type InboxEntry } from '@labelflow/dedup';
 
 const { values: args } = parseArgs({
   options: {
@@ -343,7 +342,7 @@ async function main(): Promise<number> {
 
   try {
     await pool.query(inboxMigrationSql);
-    const tier = createRedisTier({ redis, owner: `bench-${RUN_ID}`, leaseMs: LEASE_MS, doneTtlMs: TTL_MS, timeoutMs: 5_000 });
+    const tier = createRedisTier({ redis, doneTtlMs: TTL_MS, timeoutMs: 5_000 });
     const fresh = (expected: number) => {
       let n = 0;
       return { add: (k = 1) => (n += k), verify: () => (n === expected ? undefined : `only ${n}/${expected} keys reported fresh`) };
@@ -356,9 +355,9 @@ async function main(): Promise<number> {
     let falsePositives = 0;
     const specs: Spec[] = [
       {
-        // 1. Redis Lua tier, one key per claim.
+        // 1. Redis Lua tier, one key per check.
         id: 'redis-tier-per-message',
-        contender: 'Redis Lua tier, claim([key])',
+        contender: 'Redis Lua tier, check([key])',
         unit: 'key',
         concurrency: C,
         roundTrips: '1 EVALSHA per key',
@@ -367,17 +366,17 @@ async function main(): Promise<number> {
           const f = fresh(keys.length);
           return {
             op: async (i) => {
-              const [v] = await tier.claim([redisKey(at(keys, i))]);
-              if (v === RedisVerdict.claimed) f.add();
+              const [v] = await tier.check([redisKey(at(keys, i))]);
+              if (v === RedisVerdict.unknown) f.add();
             },
             verify: f.verify,
           };
         },
       },
       {
-        // 2. Redis Lua tier, B keys per claim.
+        // 2. Redis Lua tier, B keys per check.
         id: 'redis-tier-batched',
-        contender: `Redis Lua tier, claim(${B} keys)`,
+        contender: `Redis Lua tier, check(${B} keys)`,
         unit: 'batch',
         concurrency: BC,
         roundTrips: '1 EVALSHA per batch',
@@ -386,8 +385,8 @@ async function main(): Promise<number> {
           const f = fresh(keys.length);
           return {
             op: async (b) => {
-              const verdicts = await tier.claim(batchOf(keys, b).map(redisKey));
-              f.add(verdicts.filter((v) => v === RedisVerdict.claimed).length);
+              const verdicts = await tier.check(batchOf(keys, b).map(redisKey));
+              f.add(verdicts.filter((v) => v === RedisVerdict.unknown).length);
             },
             verify: f.verify,
           };
@@ -452,10 +451,10 @@ async function main(): Promise<number> {
         },
       },
       {
-        // Informational: the tier's whole per-key lifecycle, claim then markDone after the commit:
+        // Informational: the tier's whole per-key lifecycle, check then markDone after the commit:
         // the same two writes Powertools makes per call (in-progress record, then completed record).
         id: 'redis-tier-per-message-lifecycle',
-        contender: 'Redis Lua tier, claim([key]) + markDone([key])',
+        contender: 'Redis Lua tier, check([key]) + markDone([key])',
         unit: 'key',
         concurrency: C,
         roundTrips: '2 EVALSHA per key',
@@ -464,14 +463,14 @@ async function main(): Promise<number> {
         prepare: (keys) => ({
           op: async (i) => {
             const k = [redisKey(at(keys, i))];
-            await tier.claim(k);
+            await tier.check(k);
             await tier.markDone(k);
           },
         }),
       },
       {
         id: 'redis-tier-batched-lifecycle',
-        contender: `Redis Lua tier, claim + markDone (${B} keys)`,
+        contender: `Redis Lua tier, check + markDone (${B} keys)`,
         unit: 'batch',
         concurrency: BC,
         roundTrips: '2 EVALSHA per batch',
@@ -480,7 +479,7 @@ async function main(): Promise<number> {
         prepare: (keys) => ({
           op: async (b) => {
             const k = batchOf(keys, b).map(redisKey);
-            await tier.claim(k);
+            await tier.check(k);
             await tier.markDone(k);
           },
         }),
@@ -511,7 +510,7 @@ async function main(): Promise<number> {
         },
       },
       {
-        // 4. PostgreSQL inbox, one multi-row insert per batch (bench helper: the lib has no batch insert).
+        // 4. PostgreSQL inbox, one multi-row insert per batch (recordManyInInbox, what the consumers use).
         id: 'pg-inbox-batched',
         contender: `PostgreSQL inbox, 1 tx per ${B} keys (bench helper)`,
         keysPerRound: PG_KEYS_PER_ROUND,
@@ -525,7 +524,7 @@ async function main(): Promise<number> {
               const client = await pool.connect();
               try {
                 await client.query('BEGIN');
-                const inserted = await recordBatchInInbox(
+                const inserted = await recordManyInInbox(
                   client,
                   batchOf(keys, b).map((k, j) => entryOf(k, b * B + j)),
                 );
@@ -620,7 +619,7 @@ async function main(): Promise<number> {
       'PostgreSQL contenders check `keys` in all, split over the rounds (pgKeysPerRound), to keep the run near a minute; the others check `keys` per round.',
       'Per-message contenders share `concurrency` in flight; batched contenders share `batchConcurrency`; Bloom is synchronous, in process.',
       'Ratios are the median of per-round ratios (the two contenders run back to back in each round).',
-      'PostgreSQL batched uses bench/inbox-batch.ts: @labelflow/dedup has no batch insert.',
+      'PostgreSQL batched uses recordManyInInbox, the consumers\' own batch insert.',
     ],
     bloomMemory,
     results,

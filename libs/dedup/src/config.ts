@@ -7,8 +7,6 @@ const ms = (min: number, max: number, fallback: number) => z.coerce.number().int
 export const DedupConfigShape = {
   /** How long Redis remembers a committed key (the fast path's replay window). */
   DEDUP_REDIS_TTL_MS: ms(60_000, 365 * DAY, 7 * DAY),
-  /** Processing lease on a key; a crashed consumer's lease expires after this. */
-  DEDUP_LEASE_MS: ms(1_000, 600_000, 30_000),
   /** Latency budget of one Redis call; slower counts as a failure for the breaker. */
   DEDUP_REDIS_TIMEOUT_MS: ms(5, 10_000, 200),
   DEDUP_BREAKER_FAILURES: z.coerce.number().int().min(1).max(1_000).default(3),

@@ -41,8 +41,6 @@ describe('the dedup gate on a real Redis that fails', () => {
       redis,
       inbox: inboxReader(pool),
       namespace: uniqueName('ns'),
-      owner: uniqueName('owner'),
-      leaseMs: 5_000,
       doneTtlMs: 60_000,
       redisTimeoutMs: 200,
       breaker: { failureThreshold: 2, openMs: 300 },
@@ -56,32 +54,29 @@ describe('the dedup gate on a real Redis that fails', () => {
   const key = (attempt = 1): DedupKey => ({ taskId: crypto.randomUUID(), eventType: 'LabelSubmitted', attempt });
   const commit = async (k: DedupKey) => recordInInbox(pool, { ...k, eventId: crypto.randomUUID(), source: 'test' });
 
-  it('claims a whole batch in one call and answers done for what committed', async () => {
+  it('checks a whole batch in one call and answers done only for what committed', async () => {
     const { gate } = await newGate();
     const keys = [key(), key(), key()];
     expect(await gate.check(keys)).toEqual([{ kind: 'proceed' }, { kind: 'proceed' }, { kind: 'proceed' }]);
     await gate.committed([keys[0]!]);
-    await gate.released([keys[2]!]);
-    // keys[1] is still leased by this same owner, which may re-claim it (its own retry).
     expect(await gate.check(keys)).toEqual([{ kind: 'duplicate', tier: 'redis' }, { kind: 'proceed' }, { kind: 'proceed' }]);
   });
 
-  it('answers busy while another consumer holds a live lease, and proceeds once it is released', async () => {
+  it('lets a second instance proceed while the first still works on a key, and skips it once the first committed', async () => {
     const redis = await connect();
     const namespace = uniqueName('shared');
-    const make = (owner: string) =>
+    const make = () =>
       createDedupGate({
-        redis, inbox: inboxReader(pool), namespace, owner, leaseMs: 5_000, doneTtlMs: 60_000, redisTimeoutMs: 200,
+        redis, inbox: inboxReader(pool), namespace, doneTtlMs: 60_000, redisTimeoutMs: 200,
         breaker: { failureThreshold: 2, openMs: 300 }, bloom: { capacity: 1_000, errorRate: 0.01 }, warmWindowMs: 0, logger,
       });
-    const [a, b] = [make('instance-a'), make('instance-b')];
+    const [a, b] = [make(), make()];
     const k = key();
     expect(await a.check([k])).toEqual([{ kind: 'proceed' }]);
-    expect(await b.check([k])).toEqual([{ kind: 'busy' }]);
-    await a.released([k]);
+    // Only the inbox row inside a transaction can arbitrate two live workers: Redis never guesses.
     expect(await b.check([k])).toEqual([{ kind: 'proceed' }]);
-    await b.committed([k]);
-    expect(await a.check([k])).toEqual([{ kind: 'duplicate', tier: 'redis' }]);
+    await a.committed([k]);
+    expect(await b.check([k])).toEqual([{ kind: 'duplicate', tier: 'redis' }]);
   });
 
   it('reloads its Lua script after Redis forgets it (NOSCRIPT) and keeps answering', async () => {
@@ -90,7 +85,7 @@ describe('the dedup gate on a real Redis that fails', () => {
     await gate.check([key()]);
     await redis.script('FLUSH');
     expect(await gate.check([key()])).toEqual([{ kind: 'proceed' }]);
-    expect(await metrics.render()).toMatch(/dedup_script_loads_total\{script="claim",service="dedup-test"\} 2/);
+    expect(await metrics.render()).toMatch(/dedup_script_loads_total\{script="check",service="dedup-test"\} 2/);
   });
 
   it('opens the breaker when Redis stops, falls back to Bloom + inbox without dropping new events, and closes when Redis is back', async () => {
@@ -125,7 +120,6 @@ describe('the dedup gate on a real Redis that fails', () => {
     try {
       await gate.check([key()]);
       await gate.committed([]);
-      await gate.released([]);
       await gate.check([key()]);
       expect(gate.breakerState()).toBe(BreakerState.open);
     } finally {

@@ -6,19 +6,17 @@ import { findInInbox, type InboxReader } from './inbox';
 import { formatKey, type DedupKey } from './key';
 import { createRedisTier, RedisVerdict } from './redis-tier';
 
-/** What a consumer should do with one message before touching its database. */
-export type Verdict =
-  | { readonly kind: 'duplicate'; readonly tier: 'redis' | 'postgres' }
-  | { readonly kind: 'proceed' }
-  | { readonly kind: 'busy' };
+/**
+ * What a consumer should do with one message before touching its database: skip a proven
+ * duplicate, or go on to its transaction, where the inbox insert is the authority.
+ */
+export type Verdict = { readonly kind: 'duplicate'; readonly tier: 'redis' | 'postgres' } | { readonly kind: 'proceed' };
 
 export interface DedupGate {
   /** One round trip for a whole batch (Redis), or Bloom + one inbox query when Redis is out. */
   check(keys: readonly DedupKey[]): Promise<Verdict[]>;
   /** After the keys' transactions committed (or PostgreSQL proved them duplicates). */
   committed(keys: readonly DedupKey[]): Promise<void>;
-  /** The effect did not commit: free the lease at once rather than letting it expire. */
-  released(keys: readonly DedupKey[]): Promise<void>;
   /** Fills the Bloom filter from recent inbox rows, so a restart does not start blind. */
   warm(): Promise<number>;
   readonly breakerState: () => BreakerState;
@@ -32,8 +30,6 @@ export interface DedupGateOptions {
   readonly inbox: InboxReader;
   /** Per-service key namespace, e.g. `lf:dedup:labelflow:qa-svc`. */
   readonly namespace: string;
-  readonly owner: string;
-  readonly leaseMs: number;
   readonly doneTtlMs: number;
   readonly redisTimeoutMs: number;
   readonly breaker: { readonly failureThreshold: number; readonly openMs: number };
@@ -92,8 +88,6 @@ export function createDedupGate(options: DedupGateOptions): DedupGate {
   const recent = new RecentKeys(options.bloom);
   const tier = createRedisTier({
     redis,
-    owner: options.owner,
-    leaseMs: options.leaseMs,
     doneTtlMs: options.doneTtlMs,
     timeoutMs: options.redisTimeoutMs,
     onScriptLoad: (script) => scriptLoads?.inc({ script }),
@@ -137,25 +131,17 @@ export function createDedupGate(options: DedupGateOptions): DedupGate {
   return {
     async check(keys) {
       if (keys.length === 0) return [];
-      const answer = await viaRedis('claim', () => tier.claim(keys.map(redisKey)));
+      const answer = await viaRedis('check', () => tier.check(keys.map(redisKey)));
       if (!answer.ok) return viaBloom(keys);
       tierChecks?.inc({ tier: 'redis' }, keys.length);
-      return answer.value.map((code): Verdict => {
-        if (code === RedisVerdict.done) return { kind: 'duplicate', tier: 'redis' };
-        if (code === RedisVerdict.busy) return { kind: 'busy' };
-        return { kind: 'proceed' };
-      });
+      return answer.value.map((code): Verdict => (code === RedisVerdict.done ? { kind: 'duplicate', tier: 'redis' } : { kind: 'proceed' }));
     },
     // A call with no keys never reaches Redis, so it must not count as a success for the breaker:
-    // the empty release after every batch would otherwise reset its failure count each time.
+    // an empty call after a batch of duplicates would otherwise reset its failure count each time.
     async committed(keys) {
       if (keys.length === 0) return;
       for (const k of keys) recent.add(formatKey(k));
       await viaRedis('markDone', () => tier.markDone(keys.map(redisKey)));
-    },
-    async released(keys) {
-      if (keys.length === 0) return;
-      await viaRedis('release', () => tier.release(keys.map(redisKey)));
     },
     async warm() {
       const keys = await inbox.recentKeys(options.warmWindowMs, options.bloom.capacity);

@@ -25,8 +25,6 @@ describe('the dedup gate breaker probe', () => {
       redis,
       inbox,
       namespace: 'ns',
-      owner: 'me',
-      leaseMs: 1_000,
       doneTtlMs: 60_000,
       redisTimeoutMs: 50,
       breaker: { failureThreshold: 1, openMs: 100 },

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
 import { createTestDatabase, uniqueName, createTestPool } from '@labelflow/testing';
-import { inboxMigrationSql, recordInInbox } from './index';
+import { formatKey, inboxMigrationSql, recordInInbox, recordManyInInbox } from './index';
 
 const infra = inject('infra');
 
@@ -69,5 +69,13 @@ describe('the PostgreSQL inbox', () => {
     await client.query('ROLLBACK');
     client.release();
     expect(await recordInInbox(pool, entry({ taskId }))).toBe(true);
+  });
+
+  it('records a batch in one statement and returns only its new keys, a key repeated inside the batch once', async () => {
+    const [a, b, c] = [crypto.randomUUID(), crypto.randomUUID(), crypto.randomUUID()];
+    expect(await recordInInbox(pool, entry({ taskId: b }))).toBe(true);
+    const fresh = await recordManyInInbox(pool, [entry({ taskId: a }), entry({ taskId: b }), entry({ taskId: c, attempt: 2 }), entry({ taskId: a })]);
+    expect([...fresh].sort()).toEqual([formatKey({ taskId: a, eventType: 'LabelSubmitted', attempt: 1 }), formatKey({ taskId: c, eventType: 'LabelSubmitted', attempt: 2 })].sort());
+    expect(await recordManyInInbox(pool, [entry({ taskId: a }), entry({ taskId: c, attempt: 2 })])).toEqual(new Set());
   });
 });

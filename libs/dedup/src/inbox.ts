@@ -38,6 +38,24 @@ export async function recordInInbox(tx: Queryable, entry: InboxEntry): Promise<b
   return result.rowCount === 1;
 }
 
+/**
+ * Records a batch of keys in one statement inside the caller's transaction and returns the ones
+ * that were new (formatted with `formatKey`); the rest are duplicates the transaction must not
+ * apply. Keys are inserted in sorted order, so two transactions inserting overlapping batches take
+ * their row locks in the same order and wait for each other instead of deadlocking.
+ */
+export async function recordManyInInbox(tx: Queryable, entries: readonly InboxEntry[]): Promise<Set<string>> {
+  if (entries.length === 0) return new Set();
+  const { rows } = await tx.query<{ task_id: string; event_type: string; attempt: number }>(
+    `INSERT INTO inbox (task_id, event_type, attempt, event_id, source)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[]) ORDER BY 1, 2, 3
+     ON CONFLICT (task_id, event_type, attempt) DO NOTHING
+     RETURNING task_id, event_type, attempt`,
+    [entries.map((e) => e.taskId), entries.map((e) => e.eventType), entries.map((e) => e.attempt), entries.map((e) => e.eventId), entries.map((e) => e.source)],
+  );
+  return new Set(rows.map((r) => formatKey({ taskId: r.task_id, eventType: r.event_type, attempt: r.attempt })));
+}
+
 /** Read access to the inbox for the gate: confirming Bloom "maybe"s and warming the filter. */
 export interface InboxReader {
   readonly db: Queryable;

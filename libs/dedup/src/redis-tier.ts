@@ -2,27 +2,20 @@ import type { Redis } from 'ioredis';
 import { DedupError, DedupErrors } from './errors';
 import { createLuaScripts } from './lua';
 
-/** What Redis knows of a key: the effect is done, this owner now holds its lease, or another does. */
-export const RedisVerdict = { done: 0, claimed: 1, busy: 2 } as const;
+/** What Redis knows of a key: its effect committed (done), or nothing yet (unknown). */
+export const RedisVerdict = { done: 0, unknown: 1 } as const;
 export type RedisVerdict = (typeof RedisVerdict)[keyof typeof RedisVerdict];
 
 const DONE = 'done';
 
 // One atomic pass over a whole batch of keys. A key is "done" only after its transaction committed
-// (markDone); a lease is the owner's id with a short TTL, so a crashed consumer's lease expires and
-// an owner retrying its own message re-claims it.
-const CLAIM = `
+// (markDone). There is no lease: a key another consumer is still working on (a rebalance in flight)
+// is "unknown" here, and the inbox insert in the consumer's own transaction decides, waiting on
+// the other transaction's row if it must.
+const CHECK = `
 local out = {}
 for i, key in ipairs(KEYS) do
-  local v = redis.call('GET', key)
-  if v == '${DONE}' then
-    out[i] = ${RedisVerdict.done}
-  elseif (not v) or v == ARGV[1] then
-    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
-    out[i] = ${RedisVerdict.claimed}
-  else
-    out[i] = ${RedisVerdict.busy}
-  end
+  if redis.call('GET', key) == '${DONE}' then out[i] = ${RedisVerdict.done} else out[i] = ${RedisVerdict.unknown} end
 end
 return out`;
 
@@ -32,22 +25,8 @@ for i, key in ipairs(KEYS) do
 end
 return #KEYS`;
 
-// Only the owner's own lease is released: never another consumer's, never a done marker.
-const RELEASE = `
-local n = 0
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
-    redis.call('DEL', key)
-    n = n + 1
-  end
-end
-return n`;
-
 export interface RedisTierOptions {
   readonly redis: Redis;
-  /** Lease owner: unique per consumer instance. */
-  readonly owner: string;
-  readonly leaseMs: number;
   /** How long "done" is remembered (the fast path's replay window). */
   readonly doneTtlMs: number;
   /** Latency budget per call; slower answers count as failures for the breaker. */
@@ -57,18 +36,17 @@ export interface RedisTierOptions {
 }
 
 export interface RedisTier {
-  claim(keys: readonly string[]): Promise<RedisVerdict[]>;
+  check(keys: readonly string[]): Promise<RedisVerdict[]>;
   markDone(keys: readonly string[]): Promise<void>;
-  release(keys: readonly string[]): Promise<void>;
   ping(): Promise<void>;
 }
 
-/** The Redis fast path: three scripts over a whole batch of keys, one round trip each. */
+/** The Redis fast path: two scripts over a whole batch of keys, one round trip each. */
 export function createRedisTier(options: RedisTierOptions): RedisTier {
-  const { redis, owner, leaseMs, doneTtlMs, timeoutMs } = options;
+  const { redis, doneTtlMs, timeoutMs } = options;
   const lua = createLuaScripts({
     redis,
-    scripts: { claim: CLAIM, markDone: MARK_DONE, release: RELEASE },
+    scripts: { check: CHECK, markDone: MARK_DONE },
     timeoutMs,
     ...(options.onScriptLoad ? { onScriptLoad: options.onScriptLoad } : {}),
     fail: (kind, message, cause) =>
@@ -76,16 +54,13 @@ export function createRedisTier(options: RedisTierOptions): RedisTier {
   });
 
   return {
-    async claim(keys) {
+    async check(keys) {
       if (keys.length === 0) return [];
-      const codes = (await lua.run('claim', keys, [owner, leaseMs])) as number[];
+      const codes = (await lua.run('check', keys, [])) as number[];
       return codes.map((c) => c as RedisVerdict);
     },
     async markDone(keys) {
       if (keys.length > 0) await lua.run('markDone', keys, [doneTtlMs]);
-    },
-    async release(keys) {
-      if (keys.length > 0) await lua.run('release', keys, [owner]);
     },
     async ping() {
       await lua.bounded('ping', redis.ping());

@@ -158,7 +158,8 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
   const breaker = new CircuitBreaker({
     failureThreshold: options.breaker?.failureThreshold ?? 3,
     openMs: options.breaker?.openMs ?? 1_000,
-    onTransition: (from, to) => (to === BreakerState.open ? log.warn : log.info)({ from, to }, 'idempotency redis breaker'),
+    // Called as methods: pino's level functions read their logger from `this`.
+    onTransition: (from, to) => (to === BreakerState.open ? log.warn({ from, to }, 'idempotency redis breaker') : log.info({ from, to }, 'idempotency redis breaker')),
   });
 
   /** One Redis call, or undefined when Redis is absent, failing, or over its budget. */

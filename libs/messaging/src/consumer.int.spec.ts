@@ -2,7 +2,7 @@ import { afterEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import { createLogger, createMetrics } from '@labelflow/telemetry';
 import { eventually, produceRaw, produceWithJavaClient, readTopic, uniqueName } from '@labelflow/testing';
-import { createConsumerLoop, createKafka, ensureTopics, type ConsumerLoop, type HandleOutcome } from './index';
+import { createConsumerLoop, createKafka, ensureTopics, type ConsumerLoop } from './index';
 
 const infra = inject('infra');
 const logger = createLogger({ service: 'consumer-test', level: 'silent' });
@@ -22,7 +22,20 @@ describe('the consumer loop', () => {
     await ensureTopics(kafka, [topic, dlq], 1);
     return { topic, dlq, groupId: uniqueName('group') };
   };
-  const start = async (opts: { topic: string; dlq: string; groupId: string; handle: (m: Msg) => Promise<HandleOutcome>; isRetriable?: (e: unknown) => boolean }) => {
+  /**
+   * `check` runs for every message of a run and may throw; only when none threw does the run count
+   * as committed and land in `applied`, as a processor's one transaction would.
+   */
+  const start = async (opts: {
+    topic: string;
+    dlq: string;
+    groupId: string;
+    check?: (m: Msg) => Promise<void>;
+    applied?: number[];
+    runs?: number[][];
+    handles?: (type: string) => boolean;
+    isRetriable?: (e: unknown) => boolean;
+  }) => {
     const metrics = createMetrics({ service: 'consumer-test', defaults: false });
     const loop = createConsumerLoop<Msg>({
       kafka,
@@ -34,7 +47,15 @@ describe('the consumer loop', () => {
       sessionTimeoutMs: 6_000,
       retry: { initialMs: 20, maxMs: 100, maxAttempts: 3 },
       ...(opts.isRetriable ? { isRetriable: opts.isRetriable } : {}),
-      handle: opts.handle,
+      processor: {
+        handles: opts.handles ?? (() => true),
+        async process(run) {
+          for (const { event } of run) await opts.check?.(event);
+          opts.runs?.push(run.map(({ event }) => event.n));
+          opts.applied?.push(...run.map(({ event }) => event.n));
+          return run.map(() => ({ status: 'applied' as const }));
+        },
+      },
     });
     loops.push(loop);
     await loop.start();
@@ -59,13 +80,12 @@ describe('the consumer loop', () => {
     await start({
       ...t,
       isRetriable: () => true,
-      handle: async (m) => {
+      applied,
+      check: async (m) => {
         if (m.n === 1 && failures < 4) {
           failures++;
           throw new Error('database down');
         }
-        applied.push(m.n);
-        return { status: 'applied' };
       },
     });
     await send(t.topic, [0, 1, 2]);
@@ -77,23 +97,27 @@ describe('the consumer loop', () => {
   it('never commits the offset of a message whose effect did not commit', async () => {
     const t = await setup();
     const seen: number[] = [];
+    const applied: number[] = [];
     const first = await start({
       ...t,
       isRetriable: () => true,
-      handle: async (m) => {
+      applied,
+      check: async (m) => {
         seen.push(m.n);
         if (m.n === 1) throw new Error('still down');
-        return { status: 'applied' };
       },
     });
     await send(t.topic, [0, 1]);
-    await eventually(() => expect(seen.filter((n) => n === 1).length).toBeGreaterThan(2));
+    // 0 commits on its own once the run [0, 1] has failed a few times and was split; 1 keeps failing.
+    await eventually(() => expect(applied).toEqual([0]));
+    const triesOfOne = seen.filter((n) => n === 1).length;
+    await eventually(() => expect(seen.filter((n) => n === 1).length).toBeGreaterThan(triesOfOne + 1));
     await first.loop.close();
     loops.splice(loops.indexOf(first.loop), 1);
     expect(await committed(t.groupId, t.topic)).toBeLessThanOrEqual(1);
 
     const redelivered: number[] = [];
-    await start({ ...t, handle: async (m) => (redelivered.push(m.n), { status: 'applied' }) });
+    await start({ ...t, applied: redelivered });
     await eventually(() => expect(redelivered).toContain(1));
     expect(redelivered).not.toContain(0);
   });
@@ -103,10 +127,9 @@ describe('the consumer loop', () => {
     const applied: number[] = [];
     const { metrics } = await start({
       ...t,
-      handle: async (m) => {
+      applied,
+      check: async (m) => {
         if (m.n === 666) throw Object.assign(new Error('bug in handler'), { code: 'BUG' });
-        applied.push(m.n);
-        return { status: 'applied' };
       },
     });
     await produceRaw(infra.kafkaBrokers, t.topic, [
@@ -126,7 +149,7 @@ describe('the consumer loop', () => {
   it('reads a message whose header carries a null value instead of crash-looping on it, and goes on', async () => {
     const t = await setup();
     const applied: number[] = [];
-    await start({ ...t, handle: async (m) => (applied.push(m.n), { status: 'applied' }) });
+    await start({ ...t, applied });
     // kafkajs cannot send a null header value, Java clients can: produce as one would.
     await produceWithJavaClient(infra.kafkaBrokers, t.topic, [
       { key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n: 1 }), headers: { 'x-optional': null, traceparent: null } },
@@ -151,7 +174,7 @@ describe('the consumer loop', () => {
     }
     const t = { topic, dlq, groupId: uniqueName('group') };
     const applied: number[] = [];
-    await start({ ...t, handle: async (m) => (applied.push(m.n), { status: 'applied' }) });
+    await start({ ...t, applied });
     const huge = `not json ${'x'.repeat(8_000)}`;
     await produceRaw(infra.kafkaBrokers, topic, [{ key: 'k', value: huge }]);
     await send(topic, [9]);
@@ -163,5 +186,43 @@ describe('the consumer loop', () => {
     expect(dead!.headers?.['dlq-error-code']?.toString()).toBe('MESSAGING_DECODE_FAILED');
     expect([dead!.headers?.['dlq-source-topic']?.toString(), dead!.headers?.['dlq-source-offset']?.toString()]).toEqual([topic, '0']);
     await eventually(async () => expect(await committed(t.groupId, topic)).toBe(2));
+  });
+
+  it('isolates a poison message in the middle of a batch: its neighbours commit in order, it alone is dead-lettered', async () => {
+    const t = await setup();
+    const applied: number[] = [];
+    const runs: number[][] = [];
+    // Produced before the consumer joins, so they arrive as one fetched batch.
+    await send(t.topic, [1, 2, 3, 4, 666, 5, 6, 7]);
+    await start({
+      ...t,
+      applied,
+      runs,
+      check: async (m) => {
+        if (m.n === 666) throw Object.assign(new Error('bug in handler'), { code: 'BUG' });
+      },
+    });
+    await eventually(() => expect(applied).toEqual([1, 2, 3, 4, 5, 6, 7]));
+    expect(runs.some((r) => r.length > 1)).toBe(true);
+    const [dead] = await readTopic(infra.kafkaBrokers, t.dlq, (m) => m.length >= 1);
+    expect(dead!.headers?.['dlq-source-offset']?.toString()).toBe('4');
+    await eventually(async () => expect(await committed(t.groupId, t.topic)).toBe(8));
+  });
+
+  it('skips event types the service does not react to by their header, without decoding them, and commits past them', async () => {
+    const t = await setup();
+    const applied: number[] = [];
+    const { metrics } = await start({ ...t, applied, handles: (type) => type === 'Msg' });
+    await produceRaw(infra.kafkaBrokers, t.topic, [
+      { key: 'k', value: 'not even json', headers: { 'event-type': 'SomethingElse' } },
+      { key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n: 1 }), headers: { 'event-type': 'Msg' } },
+    ]);
+    await eventually(() => expect(applied).toEqual([1]));
+    await eventually(async () => expect(await committed(t.groupId, t.topic)).toBe(2));
+    const rendered = await metrics.render();
+    expect(rendered).toMatch(/consumer_skipped_total\{topic="[^"]+",type="SomethingElse",service="consumer-test"\} 1/);
+    // Skipped, not read: garbage behind a header this service ignores is neither invalid nor dead-lettered.
+    expect(rendered).not.toMatch(/consumer_dead_lettered_total\{/);
+    expect(rendered).not.toMatch(/outcome="invalid"/);
   });
 });

@@ -1,14 +1,18 @@
 import { Partitioners, type Consumer, type EachBatchPayload, type Kafka, type KafkaMessage, type Producer } from 'kafkajs';
 import type { z } from 'zod';
-import { withSpan, type Logger, type Metrics } from '@labelflow/telemetry';
+import type { Logger, Metrics } from '@labelflow/telemetry';
 import { coordinates, decodeMessage, headersToStrings, type RawMessage } from './codec';
 import { MessagingErrors } from './errors';
 
-/** What a handler reports for one event; a throw means "not applied" (retry or dead-letter). */
-export type HandleOutcome =
+/** The header every labelflow producer stamps with the event's type, so consumers can skip unread. */
+export const EVENT_TYPE_HEADER = 'event-type';
+
+/** What became of one delivered event once its batch committed. */
+export type DeliveryOutcome =
   | { readonly status: 'applied' }
   | { readonly status: 'duplicate'; readonly tier: string }
-  | { readonly status: 'ignored'; readonly reason: string };
+  /** The service refused it (a stale attempt, a cancelled task): `code` is the refusal's stable code. */
+  | { readonly status: 'ignored'; readonly code: string; readonly reason: string };
 
 export interface MessageMeta {
   readonly topic: string;
@@ -19,22 +23,26 @@ export interface MessageMeta {
   readonly source: string;
 }
 
+export interface Delivery<E> {
+  readonly event: E;
+  readonly meta: MessageMeta;
+}
+
 export interface TopicBinding<E> {
   readonly topic: string;
   readonly schema: z.ZodType<E>;
 }
 
-/** The dedup gate's verdict on one message, before its handler runs (see @labelflow/dedup). */
-export type GateVerdict = { readonly kind: 'duplicate'; readonly tier: string } | { readonly kind: 'proceed' } | { readonly kind: 'busy' };
-
 /**
- * A dedup gate in front of the handler: checked once per batch, told which events committed and
- * which did not. The handler's own transaction stays the authority; the gate only saves work.
+ * The one port between the Kafka loop and a service's exactly-once shell. `process` applies a run
+ * of decoded deliveries atomically (all of them or none) and reports one outcome per delivery, in
+ * order; a throw means none was applied. The loop owns everything Kafka: decoding, skipping what
+ * the service does not read, retries, isolating a poison message, dead letters and offsets.
  */
-export interface ConsumerGate<E> {
-  check(events: readonly E[]): Promise<readonly GateVerdict[]>;
-  committed(events: readonly E[]): Promise<void>;
-  released(events: readonly E[]): Promise<void>;
+export interface BatchProcessor<E> {
+  /** False for event types the service never reacts to: skipped before decoding or any round trip. */
+  handles(type: string): boolean;
+  process(deliveries: readonly Delivery<E>[]): Promise<readonly DeliveryOutcome[]>;
 }
 
 export interface RetryPolicy {
@@ -48,17 +56,18 @@ export interface ConsumerLoopOptions<E> {
   readonly kafka: Kafka;
   readonly groupId: string;
   readonly bindings: readonly TopicBinding<E>[];
-  readonly handle: (event: E, meta: MessageMeta) => Promise<HandleOutcome>;
-  readonly gate?: ConsumerGate<E>;
+  readonly processor: BatchProcessor<E>;
   /** Dead-letter topic for this consumer: poison messages land here with their original bytes. */
   readonly deadLetterTopic: string;
   readonly logger: Logger;
   readonly metrics?: Metrics;
-  /** True when waiting can fix the failure (database or broker down): retried without limit. */
+  /** True when waiting can fix the failure (database or broker down): retried without limit, never split. */
   readonly isRetriable?: (error: unknown) => boolean;
   readonly retry?: Partial<RetryPolicy>;
   readonly partitionsConsumedConcurrently?: number;
   readonly sessionTimeoutMs?: number;
+  /** Upper bound of a fetch per partition; a batch is at most what one fetch returns. */
+  readonly maxBytesPerPartition?: number;
 }
 
 export interface ConsumerLoop {
@@ -67,19 +76,31 @@ export interface ConsumerLoop {
   readonly consumer: Consumer;
 }
 
+const TRANSIENT_TRIES_BEFORE_SPLIT = 3;
 const defaultRetry: RetryPolicy = { initialMs: 100, maxMs: 5_000, maxAttempts: 5 };
 const defaultIsRetriable = (error: unknown) => (error as { retriable?: boolean }).retriable === true;
 
 type Step = 'done' | 'aborted';
 
+/** One fetched message, read as far as it can be: skipped, decoded, or unreadable. */
+type Item<E> =
+  | { readonly kind: 'skip'; readonly raw: RawMessage; readonly type: string }
+  | { readonly kind: 'event'; readonly raw: RawMessage; readonly delivery: Delivery<E> }
+  | { readonly kind: 'invalid'; readonly raw: RawMessage; readonly code: string; readonly message: string };
+
 /**
- * The consumer shell every service uses: decode, hand to the handler (which dedups and commits its
- * effect in one transaction), and only then resolve the offset. An offset is never committed for a
- * message whose effect did not commit, was not proven a duplicate, and was not dead-lettered.
- * Transient failures hold the partition and retry with backoff; poison goes to the dead-letter topic.
+ * The consumer shell every service uses. Per fetched batch: skip what the service does not read,
+ * decode the rest, hand each run of decoded events to the processor as one unit, and only then
+ * resolve the offsets. An offset is never committed for a message whose effect did not commit,
+ * was not proven a duplicate, and was not dead-lettered.
+ *
+ * A run that fails for a transient reason (database or broker away) is retried with backoff,
+ * holding the partition; a message that fails transiently is retried for as long as it takes. A run
+ * that fails otherwise is split in halves until the failure is one message: its neighbours commit
+ * without it, and it alone is retried and dead-lettered.
  */
 export function createConsumerLoop<E extends { readonly type: string }>(options: ConsumerLoopOptions<E>): ConsumerLoop {
-  const { kafka, groupId, bindings, handle, gate, deadLetterTopic, logger, metrics } = options;
+  const { kafka, groupId, bindings, processor, deadLetterTopic, logger, metrics } = options;
   const retry = { ...defaultRetry, ...options.retry };
   const isRetriable = options.isRetriable ?? defaultIsRetriable;
   const schemas = new Map(bindings.map((b) => [b.topic, b.schema]));
@@ -89,25 +110,30 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     sessionTimeout: options.sessionTimeoutMs ?? 30_000,
     heartbeatInterval: Math.min(3_000, Math.floor((options.sessionTimeoutMs ?? 30_000) / 3)),
     allowAutoTopicCreation: false,
+    ...(options.maxBytesPerPartition ? { maxBytesPerPartition: options.maxBytesPerPartition } : {}),
   });
   const dlqProducer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
 
   const processed = metrics?.counter('consumer_messages_total', 'Consumed messages by outcome', ['topic', 'type', 'outcome']);
   const latency = metrics?.histogram('consumer_processing_seconds', 'Time from receipt to committed effect', ['topic', 'type']);
-  const retries = metrics?.counter('consumer_retries_total', 'Handler attempts that failed and were retried', ['topic', 'kind']);
+  const batchSizes = metrics?.histogram('consumer_batch_size', 'Events applied together in one processor call', ['topic'], [1, 2, 5, 10, 20, 50, 100, 200, 500]);
+  const retries = metrics?.counter('consumer_retries_total', 'Processor calls that failed and were retried or split', ['topic', 'kind']);
   const duplicates = metrics?.counter('dedup_duplicates_total', 'Duplicate deliveries caught, by the tier that caught them', ['tier']);
   const deadLettered = metrics?.counter('consumer_dead_lettered_total', 'Messages sent to the dead-letter topic', ['topic', 'code']);
+  const ignored = metrics?.counter('consumer_ignored_total', 'Consumed events the service refused, by refusal code', ['topic', 'type', 'code']);
+  const skipped = metrics?.counter('consumer_skipped_total', 'Messages of event types this service does not react to', ['topic', 'type']);
 
   const backoff = (attempt: number) => Math.min(retry.maxMs, retry.initialMs * 2 ** Math.min(attempt, 16)) * (0.5 + Math.random() / 2);
+  const stopped = (payload: EachBatchPayload) => !payload.isRunning() || payload.isStale();
 
   async function waitOrAbort(ms: number, payload: EachBatchPayload): Promise<boolean> {
     const until = Date.now() + ms;
     while (Date.now() < until) {
-      if (!payload.isRunning() || payload.isStale()) return false;
+      if (stopped(payload)) return false;
       await new Promise((r) => setTimeout(r, Math.min(250, until - Date.now())));
       await payload.heartbeat();
     }
-    return payload.isRunning() && !payload.isStale();
+    return !stopped(payload);
   }
 
   /**
@@ -155,125 +181,126 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     }
   }
 
-  type Item = { readonly raw: RawMessage; readonly event?: E; readonly invalid?: { readonly code: string; readonly message: string } };
-
   /**
    * Never throws: a message that cannot even be read is dead-lettered like any other poison. A throw
    * here would escape the batch before any offset is resolved, and kafkajs would refetch the same
-   * batch forever.
+   * batch forever. The type header lets a message the service never reads skip JSON and schema
+   * work; without the header (a foreign producer) the decoded body decides.
    */
-  function prepare(topic: string, partition: number, message: KafkaMessage): Item {
+  function prepare(topic: string, partition: number, message: KafkaMessage): Item<E> {
     const raw: RawMessage = { topic, partition, offset: message.offset, key: message.key, value: message.value, headers: {} };
     try {
       const readable = { ...raw, headers: headersToStrings(message.headers) };
+      const typeHeader = readable.headers[EVENT_TYPE_HEADER];
+      if (typeHeader !== undefined && !processor.handles(typeHeader)) return { kind: 'skip', raw: readable, type: typeHeader };
       const schema = schemas.get(topic);
-      if (!schema) return { raw: readable, invalid: { code: MessagingErrors.UNBOUND_TOPIC, message: `no schema bound for topic ${topic}` } };
+      if (!schema) return { kind: 'invalid', raw: readable, code: MessagingErrors.UNBOUND_TOPIC, message: `no schema bound for topic ${topic}` };
       const decoded = decodeMessage(schema, readable);
-      return decoded.ok ? { raw: readable, event: decoded.event } : { raw: readable, invalid: decoded.reason };
+      if (!decoded.ok) return { kind: 'invalid', raw: readable, ...decoded.reason };
+      if (!processor.handles(decoded.event.type)) return { kind: 'skip', raw: readable, type: decoded.event.type };
+      const meta: MessageMeta = { topic, partition, offset: message.offset, headers: readable.headers, source: coordinates(readable) };
+      return { kind: 'event', raw: readable, delivery: { event: decoded.event, meta } };
     } catch (error) {
-      return { raw, invalid: { code: MessagingErrors.DECODE_FAILED, message: `message could not be read: ${(error as Error).message}` } };
+      return { kind: 'invalid', raw, code: MessagingErrors.DECODE_FAILED, message: `message could not be read: ${(error as Error).message}` };
     }
   }
 
-  /** Retries a step that may fail transiently (the gate's inbox lookup) until it succeeds or the consumer stops. */
-  async function persist<T>(what: string, work: () => Promise<T>, payload: EachBatchPayload): Promise<{ ok: true; value: T } | { ok: false }> {
-    for (let attempt = 0; ; attempt++) {
+  function record(deliveries: readonly Delivery<E>[], outcomes: readonly DeliveryOutcome[], started: bigint): void {
+    const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+    deliveries.forEach(({ event, meta }, i) => {
+      const outcome = outcomes[i] ?? { status: 'applied' };
+      processed?.inc({ topic: meta.topic, type: event.type, outcome: outcome.status });
+      latency?.observe({ topic: meta.topic, type: event.type }, seconds);
+      if (outcome.status === 'duplicate') duplicates?.inc({ tier: outcome.tier });
+      if (outcome.status !== 'ignored') return;
+      ignored?.inc({ topic: meta.topic, type: event.type, code: outcome.code });
+      log.debug({ source: meta.source, type: event.type, code: outcome.code, reason: outcome.reason }, 'event ignored');
+    });
+  }
+
+  /**
+   * Applies a run of deliveries: whole when it can, else split until the failing message stands
+   * alone. Transient failures are waited out without splitting: halves would fail just the same.
+   */
+  async function apply(run: readonly Delivery<E>[], payload: EachBatchPayload, onDone: (last: Delivery<E>) => void): Promise<Step> {
+    const topic = payload.batch.topic;
+    for (let attempt = 0, poison = 0; ; attempt++) {
+      if (stopped(payload)) return 'aborted';
+      const started = process.hrtime.bigint();
       try {
-        return { ok: true, value: await work() };
-      } catch (error) {
-        retries?.inc({ topic: payload.batch.topic, kind: 'transient' });
-        log.warn({ err: error, attempt }, `${what} failed; retrying`);
-        if (!(await waitOrAbort(backoff(attempt), payload))) return { ok: false };
-      }
-    }
-  }
-
-  /** Waits out another consumer's live lease on the same key (a rebalance in flight). */
-  async function awaitLease(gate: ConsumerGate<E>, event: E, payload: EachBatchPayload): Promise<GateVerdict | undefined> {
-    for (let attempt = 0; ; attempt++) {
-      retries?.inc({ topic: payload.batch.topic, kind: 'busy' });
-      if (!(await waitOrAbort(backoff(attempt), payload))) return undefined;
-      const checked = await persist('dedup check', () => gate.check([event]), payload);
-      if (!checked.ok) return undefined;
-      const verdict = checked.value[0];
-      if (verdict && verdict.kind !== 'busy') return verdict;
-    }
-  }
-
-  async function processItem(item: Item, verdict: GateVerdict | undefined, payload: EachBatchPayload, committed: E[]): Promise<Step> {
-    const { raw, event } = item;
-    const topic = raw.topic;
-    if (!event) {
-      const invalid = item.invalid ?? { code: MessagingErrors.DECODE_FAILED, message: 'undecodable' };
-      processed?.inc({ topic, type: 'invalid', outcome: 'invalid' });
-      log.warn({ source: coordinates(raw), code: invalid.code, reason: invalid.message }, 'invalid message skipped');
-      return deadLetter(raw, invalid.code, invalid.message, payload);
-    }
-    if (verdict?.kind === 'busy' && gate) {
-      const settled = await awaitLease(gate, event, payload);
-      if (!settled) return 'aborted';
-      verdict = settled;
-    }
-    if (verdict?.kind === 'duplicate') {
-      processed?.inc({ topic, type: event.type, outcome: 'duplicate' });
-      duplicates?.inc({ tier: verdict.tier });
-      committed.push(event);
-      return 'done';
-    }
-    const meta: MessageMeta = { topic, partition: raw.partition, offset: raw.offset, headers: raw.headers, source: coordinates(raw) };
-    const started = process.hrtime.bigint();
-    for (let attempt = 0, poisonCount = 0; ; attempt++) {
-      try {
-        const outcome = await withSpan(`consume ${event.type}`, 'consumer', raw.headers, { 'messaging.destination': topic, 'messaging.kafka.offset': raw.offset }, () => handle(event, meta));
-        processed?.inc({ topic, type: event.type, outcome: outcome.status });
-        latency?.observe({ topic, type: event.type }, Number(process.hrtime.bigint() - started) / 1e9);
-        if (outcome.status === 'duplicate') duplicates?.inc({ tier: outcome.tier });
-        if (outcome.status === 'ignored') log.info({ source: meta.source, type: event.type, reason: outcome.reason }, 'event ignored');
-        committed.push(event);
+        const outcomes = await processor.process(run);
+        record(run, outcomes, started);
+        batchSizes?.observe({ topic }, run.length);
+        onDone(run[run.length - 1]!);
         return 'done';
       } catch (error) {
         const transient = isRetriable(error);
-        if (!transient) poisonCount++;
-        retries?.inc({ topic, kind: transient ? 'transient' : 'failure' });
-        if (!transient && poisonCount >= retry.maxAttempts) {
+        // A transient failure that outlasts a few tries may belong to one message (a lock it keeps
+        // losing): splitting lets the messages before it commit, and order is kept either way.
+        if (transient && (run.length === 1 || attempt < TRANSIENT_TRIES_BEFORE_SPLIT)) {
+          retries?.inc({ topic, kind: 'transient' });
+          log.warn({ err: error, attempt, events: run.length, first: run[0]!.meta.source }, 'processing failed transiently; retrying');
+          if (!(await waitOrAbort(backoff(attempt), payload))) return 'aborted';
+          continue;
+        }
+        if (run.length > 1) {
+          retries?.inc({ topic, kind: 'split' });
+          log.warn({ err: error, events: run.length, first: run[0]!.meta.source }, 'processing a run failed; splitting it to isolate the failing message');
+          const half = Math.ceil(run.length / 2);
+          if ((await apply(run.slice(0, half), payload, onDone)) === 'aborted') return 'aborted';
+          return apply(run.slice(half), payload, onDone);
+        }
+        const { event, meta } = run[0]!;
+        poison++;
+        retries?.inc({ topic, kind: 'failure' });
+        if (poison >= retry.maxAttempts) {
           processed?.inc({ topic, type: event.type, outcome: 'dead_lettered' });
           const code = (error as { code?: string }).code ?? MessagingErrors.HANDLER_FAILED;
-          return deadLetter(raw, code, `handler failed ${poisonCount} times: ${(error as Error).message}`, payload);
+          const step = await deadLetter(rawOf(run[0]!), code, `handler failed ${poison} times: ${(error as Error).message}`, payload);
+          if (step === 'done') onDone(run[0]!);
+          return step;
         }
-        log.warn({ err: error, source: meta.source, type: event.type, attempt, transient }, 'handler failed; retrying');
+        log.warn({ err: error, source: meta.source, type: event.type, attempt: poison }, 'processing failed; retrying');
         if (!(await waitOrAbort(backoff(attempt), payload))) return 'aborted';
       }
     }
   }
 
+  const raws = new WeakMap<Delivery<E>, RawMessage>();
+  const rawOf = (d: Delivery<E>): RawMessage => raws.get(d)!;
+
   async function processBatch(payload: EachBatchPayload): Promise<void> {
     const { batch } = payload;
     const items = batch.messages.map((m) => prepare(batch.topic, batch.partition, m));
-    const events = items.flatMap((i) => (i.event ? [i.event] : []));
-    let verdicts = new Map<E, GateVerdict>();
-    if (gate && events.length > 0) {
-      const checked = await persist('dedup check', () => gate.check(events), payload);
-      if (!checked.ok) return;
-      verdicts = new Map(events.map((e, i) => [e, checked.value[i] ?? { kind: 'proceed' }]));
-    }
-    const committed: E[] = [];
-    try {
-      for (const item of items) {
-        if (!payload.isRunning() || payload.isStale()) break;
-        const step = await processItem(item, item.event && verdicts.get(item.event), payload, committed);
-        if (step === 'aborted') break;
-        payload.resolveOffset(item.raw.offset);
-        await payload.heartbeat();
+    let run: Delivery<E>[] = [];
+    const resolve = (offset: string) => payload.resolveOffset(offset);
+    // Runs of decodable events go to the processor together; a skipped or unreadable message in
+    // between only needs its offset, once everything before it is done.
+    const flush = async (): Promise<Step> => {
+      if (run.length === 0) return 'done';
+      const current = run;
+      run = [];
+      const step = await apply(current, payload, (last) => resolve(last.meta.offset));
+      if (step === 'done') await payload.heartbeat();
+      return step;
+    };
+    for (const item of items) {
+      if (item.kind === 'event') {
+        raws.set(item.delivery, item.raw);
+        run.push(item.delivery);
+        continue;
       }
-    } finally {
-      // One round trip each per batch. Leases of events that did not commit (stopped, dead-lettered)
-      // are released so a redelivery is not held up until they expire.
-      if (gate && events.length > 0) {
-        const done = new Set(committed);
-        await gate.committed(committed);
-        await gate.released(events.filter((e) => !done.has(e)));
+      if ((await flush()) === 'aborted') return;
+      if (item.kind === 'skip') {
+        skipped?.inc({ topic: batch.topic, type: item.type });
+      } else {
+        processed?.inc({ topic: batch.topic, type: 'invalid', outcome: 'invalid' });
+        log.warn({ source: coordinates(item.raw), code: item.code, reason: item.message }, 'invalid message skipped');
+        if ((await deadLetter(item.raw, item.code, item.message, payload)) === 'aborted') return;
       }
+      resolve(item.raw.offset);
     }
+    if ((await flush()) === 'aborted') return;
     await payload.commitOffsetsIfNecessary();
   }
 

@@ -68,21 +68,42 @@ export interface KafkaPublisher {
 /**
  * An idempotent producer (acks=all, one request in flight): broker-side retries never duplicate or
  * reorder a partition's messages. Duplicates from a relay crash are the consumers' dedup's job.
+ *
+ * After a failed send the producer is replaced by a new one (a new producer id) before the next
+ * send. kafkajs rolls back the sequence numbers of every partition of a request that failed, even
+ * of partitions the broker did write (one partition refused as MESSAGE_TOO_LARGE, the others
+ * accepted): the broker would then refuse every later batch to those partitions as
+ * OUT_OF_ORDER_SEQUENCE_NUMBER, for good. A new producer id starts every sequence afresh; what it
+ * sends again that was written before is a duplicate, which consumers dedup.
  */
 export function createPublisher(kafka: Kafka): KafkaPublisher {
-  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
+  const make = () => kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
+  let producer = make();
+  let stale = false;
   return {
     connect: () => producer.connect(),
     disconnect: () => producer.disconnect(),
     async send(messages: readonly OutgoingMessage[]) {
       if (messages.length === 0) return;
+      if (stale) {
+        const old = producer;
+        producer = make();
+        await old.disconnect().catch(() => undefined);
+        await producer.connect();
+        stale = false;
+      }
       const byTopic = new Map<string, { key: string; value: string; headers: Record<string, string> }[]>();
       for (const m of messages) {
         const list = byTopic.get(m.topic) ?? [];
         list.push({ key: m.key, value: m.value, headers: { ...m.headers } });
         byTopic.set(m.topic, list);
       }
-      await producer.sendBatch({ acks: -1, topicMessages: [...byTopic].map(([topic, msgs]) => ({ topic, messages: msgs })) });
+      try {
+        await producer.sendBatch({ acks: -1, topicMessages: [...byTopic].map(([topic, msgs]) => ({ topic, messages: msgs })) });
+      } catch (error) {
+        stale = true;
+        throw error;
+      }
     },
   };
 }

@@ -22,6 +22,11 @@ export async function enqueue(tx: Queryable, channel: string, messages: readonly
     const b = i * 6;
     return `($${b + 1}, $${b + 2}, $${b + 3}, $${b + 4}, $${b + 5}::jsonb, $${b + 6}::jsonb)`;
   });
-  await tx.query(`INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers) VALUES ${rows.join(', ')}`, values);
-  await tx.query('SELECT pg_notify($1, $2)', [channel, '']);
+  values.push(channel);
+  // One round trip: the rows and the wake-up travel in one statement (a CTE that writes always runs).
+  await tx.query(
+    `WITH appended AS (INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers) VALUES ${rows.join(', ')} RETURNING 1)
+     SELECT pg_notify($${values.length}, '')`,
+    values,
+  );
 }

@@ -58,6 +58,12 @@ export async function ensureDatabase(url: string): Promise<void> {
   }
 }
 
+/**
+ * Rows to the column arrays a multi-row statement takes through `unnest($1::t[], $2::t[], ...)`:
+ * one statement and one round trip for any number of rows.
+ */
+export const unnestColumns = (rows: readonly (readonly unknown[])[]): unknown[][] => (rows[0] ?? []).map((_, c) => rows.map((r) => r[c]));
+
 /** Runs `fn` in one transaction; rolls back on any throw and rethrows. */
 export async function withTransaction<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();

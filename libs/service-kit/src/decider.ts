@@ -31,6 +31,16 @@ export interface StateStore<S> {
 
 export type Executed<S, E, R extends Rejection> = { readonly ok: true; readonly state: S; readonly events: readonly E[] } | { readonly ok: false; readonly reason: R };
 
+/**
+ * The pure heart of every command and every consumed event: decide against the state, then fold
+ * the observed events and the decided ones into it. Routes, reactions and sweepers all get this.
+ */
+export function fold<S, C, E, Emitted extends E, R extends Rejection>(decider: Decider<S, C, E, Emitted, R>, state: S, command: C, observed: readonly E[] = []): Executed<S, Emitted, R> {
+  const decision = decider.decide(command, state);
+  if (!decision.ok) return decision;
+  return { ok: true, state: [...observed, ...decision.events].reduce(decider.evolve, state), events: decision.events };
+}
+
 const isConflict = (error: unknown) => error instanceof ServiceKitError && error.code === ServiceKitErrors.CONCURRENT_UPDATE;
 
 /**
@@ -54,15 +64,14 @@ export async function execute<S, C, E, Emitted extends E, R extends Rejection>(
   const retries = deps.store.conflictRetries ?? 0;
   for (let attempt = 0; ; attempt++) {
     const current = await deps.store.load(tx, key);
-    const decision = deps.decider.decide(command, current);
-    if (!decision.ok) return decision;
-    const next = [...observed, ...decision.events].reduce(deps.decider.evolve, current);
+    const result = fold(deps.decider, current, command, observed);
+    if (!result.ok) return result;
     try {
-      if (next !== current) await deps.store.save(tx, current, next);
+      if (result.state !== current) await deps.store.save(tx, current, result.state);
     } catch (error) {
       if (isConflict(error) && attempt < retries) continue;
       throw error;
     }
-    return { ok: true, state: next, events: decision.events };
+    return result;
   }
 }

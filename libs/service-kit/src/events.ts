@@ -25,6 +25,17 @@ export interface EmitDeps {
 
 export type Emit = (tx: Queryable, drafts: readonly EventDraft[], causationId?: string) => Promise<readonly DomainEvent[]>;
 
+/** Drafts decided together, with what caused them: the causation id and the trace to continue. */
+export interface DraftGroup {
+  readonly drafts: readonly EventDraft[];
+  readonly causationId?: string;
+  /** Trace headers for these drafts' outbox rows; the active context's when absent. */
+  readonly trace?: Readonly<Record<string, string>>;
+}
+
+/** Emits several groups with one outbox insert and one NOTIFY: a consumed batch's whole output. */
+export type EmitMany = (tx: Queryable, groups: readonly DraftGroup[]) => Promise<readonly DomainEvent[]>;
+
 /**
  * Checks an outgoing event against its topic's schema. An event the other services cannot read
  * would be dead-lettered by every one of them while its producer went on as if it had happened, so
@@ -38,25 +49,30 @@ function checked(event: DomainEvent): DomainEvent {
 }
 
 /** Stamps drafts into full events and appends them to the outbox inside the caller's transaction. */
-export function createEmitter(deps: EmitDeps): Emit {
-  return async (tx, drafts, causationId) => {
+export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly emitMany: EmitMany } {
+  const emitMany: EmitMany = async (tx, groups) => {
     const events: DomainEvent[] = [];
-    for (const d of drafts) {
-      const id = (await deps.newId()) as EventId;
-      events.push(checked({ ...d, id, occurredAt: deps.now().toISOString(), producer: deps.producer, ...(causationId ? { causationId } : {}) } as DomainEvent));
+    const messages: OutboxMessage[] = [];
+    for (const { drafts, causationId, trace = currentTraceHeaders() } of groups) {
+      for (const d of drafts) {
+        const id = (await deps.newId()) as EventId;
+        const e = checked({ ...d, id, occurredAt: deps.now().toISOString(), producer: deps.producer, ...(causationId ? { causationId } : {}) } as DomainEvent);
+        events.push(e);
+        messages.push({
+          topic: topicName(deps.topicPrefix, topicOf(e.type)),
+          key: e.taskId,
+          eventId: e.id,
+          eventType: e.type,
+          payload: e,
+          headers: { ...trace, 'event-type': e.type, 'event-version': String(e.version) },
+        });
+      }
     }
-    const trace = currentTraceHeaders();
-    const messages: OutboxMessage[] = events.map((e) => ({
-      topic: topicName(deps.topicPrefix, topicOf(e.type)),
-      key: e.taskId,
-      eventId: e.id,
-      eventType: e.type,
-      payload: e,
-      headers: { ...trace, 'event-type': e.type, 'event-version': String(e.version) },
-    }));
     await enqueue(tx as Parameters<typeof enqueue>[0], deps.channel, messages);
     return events;
   };
+  const emit: Emit = (tx, drafts, causationId) => emitMany(tx, [{ drafts, ...(causationId ? { causationId } : {}) }]);
+  return { emit, emitMany };
 }
 
 export const uuidIds = () => randomUUID();

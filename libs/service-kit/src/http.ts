@@ -36,6 +36,16 @@ export function createHttpApp({ logger, readiness, metrics, bodyLimit = 1_048_57
     if (!caller.ok) return reply.status(400).send(errorBody(caller.reason.code, caller.reason.message));
   });
   app.addHook('onRequest', (request, _reply, done) => withTraceContext(request.headers, done));
+  // close() ends only the connections idle at that moment: one whose request was still running
+  // (a long poll answered by the shutdown) would stay open for keepAliveTimeout and hold the close.
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onSend', async (_request, reply, payload) => {
+    if (closing) reply.header('connection', 'close');
+    return payload;
+  });
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error instanceof HttpError) return reply.status(error.status).send(errorBody(error.code, error.message, error.details));

@@ -7,5 +7,8 @@ export * from './lifecycle';
 export * from './events';
 export * from './runtime';
 export * from './decider';
+export * from './consume';
 export * from './sweeper';
 export * from './ids';
+export * from './signals';
+export * from './prefer';

@@ -1,19 +1,20 @@
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
-import { TopicSchemas, topicName, topicOf, type DomainEvent, type EventOf, type EventType, type ServiceName, type TopicKey } from '@labelflow/contracts';
-import { randomUUID } from 'node:crypto';
-import { createDedupGate, inboxReader, pruneInbox, recordInInbox, type DedupGate } from '@labelflow/dedup';
+import { TopicSchemas, topicName, topicOf, type DomainEvent, type ServiceName, type TopicKey } from '@labelflow/contracts';
+import { createDedupGate, inboxReader, pruneInbox, type DedupGate } from '@labelflow/dedup';
 import { idempotencyPlugin, pruneIdempotencyKeys } from '@labelflow/idempotency';
-import { createConsumerLoop, createKafka, createPublisher, ensureTopics, type ConsumerGate, type ConsumerLoop, type HandleOutcome, type MessageMeta } from '@labelflow/messaging';
+import { createConsumerLoop, createKafka, createPublisher, ensureTopics, type ConsumerLoop } from '@labelflow/messaging';
 import { createOutboxRelay, type OutboxRelay } from '@labelflow/outbox';
 import { createLogger, createMetrics, installTracePropagation, type Logger, type Metrics } from '@labelflow/telemetry';
 import type { BaseConfig } from './config';
-import { asTransactionBody, createPool, ensureDatabase, isTransientDbError, withTransaction, type Pool, type PoolClient } from './db';
-import { createEmitter, uuidIds, type Emit, type EventDraft } from './events';
+import { createExactlyOnce, type EventConsumer } from './consume';
+import { asTransactionBody, createPool, ensureDatabase, isTransientDbError, type Pool } from './db';
+import { createEmitter, uuidIds, type Emit } from './events';
 import { createHttpApp } from './http';
 import { createIdSource } from './ids';
 import { Lifecycle } from './lifecycle';
 import { migrate, type Migration } from './migrations';
+import { createTaskSignals, type TaskSignals } from './signals';
 import { startSweeper, type Sweeper } from './sweeper';
 
 export interface ServiceContext<C extends BaseConfig = BaseConfig> {
@@ -29,18 +30,14 @@ export interface ServiceContext<C extends BaseConfig = BaseConfig> {
   readonly newUuid: () => string;
   /** Stamps drafts and appends them to the outbox inside `tx`. */
   readonly emit: Emit;
+  /** Task-change signals across this service's instances: requests wait on them (Prefer: wait). */
+  readonly signals: TaskSignals;
 }
-
-/** What a reaction to a consumed event decided: events to emit, or why nothing happens. */
-export type Reaction = { readonly emit: readonly EventDraft[] } | { readonly ignored: string };
-
-export type ReactionHandler<T extends EventType, C extends BaseConfig> = (tx: PoolClient, event: EventOf<T>, ctx: ServiceContext<C>) => Promise<Reaction>;
-
-export type Reactions<C extends BaseConfig> = { readonly [T in EventType]?: ReactionHandler<T, C> };
 
 /** One capability of a service: how it reacts to events, its HTTP routes and its deadlines. */
 export interface Capability<C extends BaseConfig = BaseConfig> {
-  readonly reactions?: Reactions<C>;
+  /** How it reacts to consumed events (see `eventConsumer`); applied by the exactly-once shell. */
+  readonly consumes?: EventConsumer<ServiceContext<C>>;
   readonly routes?: (app: FastifyInstance, ctx: ServiceContext<C>) => void;
   readonly sweepers?: (ctx: ServiceContext<C>) => readonly Sweeper[];
 }
@@ -107,6 +104,10 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
   lifecycle.onClose('id-source', () => ids.close());
 
   const channel = `outbox_${name.replace(/-/g, '_')}`;
+  const emitter = createEmitter({ producer: name, topicPrefix: config.KAFKA_TOPIC_PREFIX, channel, now: () => new Date(), newId: () => ids.next() });
+  const signals = createTaskSignals({ pool, channel: `signals_${name.replace(/-/g, '_')}`, logger: logger.child({ component: 'signals' }) });
+  await signals.start();
+  lifecycle.onClose('task-signals', () => signals.close());
   const ctx: ServiceContext<C> = {
     name,
     config,
@@ -116,7 +117,8 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
     now: () => new Date(),
     nextId: () => ids.next(),
     newUuid: uuidIds,
-    emit: createEmitter({ producer: name, topicPrefix: config.KAFKA_TOPIC_PREFIX, channel, now: () => new Date(), newId: () => ids.next() }),
+    emit: emitter.emit,
+    signals,
   };
 
   const publisher = createPublisher(kafka);
@@ -144,8 +146,6 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
     redis,
     inbox: inboxReader(pool),
     namespace: `lf:dedup:${config.KAFKA_TOPIC_PREFIX}:${name}`,
-    owner: `${name}:${randomUUID()}`,
-    leaseMs: config.DEDUP_LEASE_MS,
     doneTtlMs: config.DEDUP_REDIS_TTL_MS,
     redisTimeoutMs: config.DEDUP_REDIS_TIMEOUT_MS,
     breaker: { failureThreshold: config.DEDUP_BREAKER_FAILURES, openMs: config.DEDUP_BREAKER_OPEN_MS },
@@ -168,8 +168,9 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
     }
   }
 
-  const reactions = mergeReactions(definition.capabilities);
-  const consumedTopics = [...new Set((Object.keys(reactions) as EventType[]).map(topicOf))];
+  const consumers = definition.capabilities.flatMap((c) => (c.consumes ? [c.consumes] : []));
+  const processor = createExactlyOnce({ pool, gate, consumers, ctx, emitMany: emitter.emitMany, onApplied: (tx, taskIds) => signals.publish(tx, taskIds) });
+  const consumedTopics = [...new Set(consumers.flatMap((c) => c.types).map(topicOf))];
   const consumer = createConsumerLoop<DomainEvent>({
     kafka,
     groupId: `${config.KAFKA_TOPIC_PREFIX}.${name}`,
@@ -180,8 +181,7 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
     isRetriable: (error) => (error as { retriable?: boolean }).retriable === true || isTransientDbError(error),
     sessionTimeoutMs: config.KAFKA_SESSION_TIMEOUT_MS,
     retry: { initialMs: config.CONSUMER_RETRY_INITIAL_MS, maxMs: config.CONSUMER_RETRY_MAX_MS, maxAttempts: config.CONSUMER_MAX_ATTEMPTS },
-    gate: consumerGate(gate),
-    handle: (event, meta) => handleEvent(ctx, reactions, event, meta),
+    processor,
   });
   lifecycle.add({ name: 'consumer', close: () => consumer.close() });
   if (consumedTopics.length > 0) await consumer.start();
@@ -220,18 +220,10 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
   const url = await http.listen({ port: config.PORT, host: config.HOST });
   // Close HTTP first: stop taking commands before the machinery behind them goes away.
   lifecycle.add({ name: 'http', close: () => http.close() });
+  // Before HTTP: a request waiting for a signal (Prefer: wait) answers at once instead of holding up the shutdown.
+  lifecycle.onClose('long-polls', () => signals.close());
   logger.info({ url, topics: consumedTopics }, `${name} listening`);
   return { lifecycle, ctx, http, relay, consumer, gate, url };
-}
-
-/** The consumer sees events; the gate sees their dedup keys (task, type, attempt). */
-function consumerGate(gate: DedupGate): ConsumerGate<DomainEvent> {
-  const keys = (events: readonly DomainEvent[]) => events.map((e) => ({ taskId: e.taskId, eventType: e.type, attempt: e.attempt }));
-  return {
-    check: (events) => gate.check(keys(events)),
-    committed: (events) => gate.committed(keys(events)),
-    released: (events) => gate.released(keys(events)),
-  };
 }
 
 /** Runs `job` now and every `everyMs` until the service closes; a failed run is logged, not fatal. */
@@ -241,32 +233,4 @@ function schedule(lifecycle: Lifecycle, name: string, everyMs: number, job: () =
   const timer = setInterval(run, everyMs);
   timer.unref();
   lifecycle.onClose(name, async () => clearInterval(timer));
-}
-
-function mergeReactions<C extends BaseConfig>(capabilities: readonly Capability<C>[]): Reactions<C> {
-  const merged: Record<string, unknown> = {};
-  for (const capability of capabilities) {
-    for (const [type, handler] of Object.entries(capability.reactions ?? {})) {
-      if (merged[type]) throw new Error(`two capabilities react to ${type}`);
-      merged[type] = handler;
-    }
-  }
-  return merged as Reactions<C>;
-}
-
-/**
- * The exactly-once shell around a reaction: the inbox key, the state change and the outgoing
- * events commit in one transaction, or none of them does.
- */
-async function handleEvent<C extends BaseConfig>(ctx: ServiceContext<C>, reactions: Reactions<C>, event: DomainEvent, meta: MessageMeta): Promise<HandleOutcome> {
-  const react = reactions[event.type] as ReactionHandler<EventType, C> | undefined;
-  if (!react) return { status: 'ignored', reason: `${ctx.name} does not react to ${event.type}` };
-  return withTransaction(ctx.pool, async (tx) => {
-    const fresh = await recordInInbox(tx, { taskId: event.taskId, eventType: event.type, attempt: event.attempt, eventId: event.id, source: meta.source });
-    if (!fresh) return { status: 'duplicate', tier: 'postgres' } as const;
-    const reaction = await react(tx, event as never, ctx);
-    if ('ignored' in reaction) return { status: 'ignored', reason: reaction.ignored } as const;
-    await ctx.emit(tx, reaction.emit, event.id);
-    return { status: 'applied' } as const;
-  });
 }

@@ -19,6 +19,7 @@ const { values: a } = parseArgs({
     duplicates: { type: 'string', default: '0' },
     seed: { type: 'string', default: '42' },
     'timeout-s': { type: 'string', default: '300' },
+    'wait-s': { type: 'string', default: '10' },
     'kafka-brokers': { type: 'string', default: process.env.KAFKA_BROKERS ?? '127.0.0.1:9092' },
     prefix: { type: 'string', default: process.env.KAFKA_TOPIC_PREFIX ?? 'labelflow' },
     'pg-url': { type: 'string', default: process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432' },
@@ -36,12 +37,13 @@ const fail = (message: string): never => {
   process.exit(2);
 };
 if (a.help) {
-  console.log('usage: npm run produce -- [--tasks N] [--concurrency C] [--reject R] [--billing-fail R] [--qa-timeout R] [--cancel R] [--duplicates R] [--seed S] [--no-audit]');
+  console.log('usage: npm run produce -- [--tasks N] [--concurrency C] [--reject R] [--billing-fail R] [--qa-timeout R] [--cancel R] [--duplicates R] [--seed S] [--wait-s W] [--no-audit]');
   process.exit(0);
 }
-const int = (name: 'tasks' | 'concurrency' | 'annotators' | 'price' | 'seed' | 'timeout-s', min: number) => {
+const int = (name: 'tasks' | 'concurrency' | 'annotators' | 'price' | 'seed' | 'timeout-s' | 'wait-s', min: number, max = Number.MAX_SAFE_INTEGER) => {
   const n = Number(a[name]);
-  return Number.isInteger(n) && n >= min ? n : fail(`--${name} must be an integer >= ${min}, got ${a[name]}`);
+  if (Number.isInteger(n) && n >= min && n <= max) return n;
+  return fail(`--${name} must be an integer ${max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `from ${min} to ${max}`}, got ${a[name]}`);
 };
 const rate = (name: 'reject' | 'billing-fail' | 'qa-timeout' | 'cancel' | 'duplicates') => {
   const n = Number(a[name]);
@@ -85,6 +87,8 @@ async function main(): Promise<number> {
     duplicates: rate('duplicates'),
     kafka: { brokers: (a['kafka-brokers'] ?? '').split(','), topicPrefix: a.prefix ?? 'labelflow' },
     timeoutMs: int('timeout-s', 1) * 1000,
+    // The services honour at most 30 s (MAX_PREFER_WAIT_S).
+    waitS: int('wait-s', 0, 30),
     seed: int('seed', 0),
     onProgress: (done, total) => {
       const elapsed = `${((Date.now() - t0) / 1000).toFixed(1)}s`;
@@ -106,7 +110,8 @@ async function main(): Promise<number> {
   unexpected   ${summary.unexpected.length}
   saga p50     ${summary.latencyMs.p50} ms
   saga p99     ${summary.latencyMs.p99} ms
-  duplicated   ${summary.duplicated} Kafka messages delivered twice`);
+  duplicated   ${summary.duplicated} Kafka messages delivered twice
+  http/step    ${summary.requestsPerStep.toFixed(2)} (${Object.entries(summary.byStep).map(([step, t]) => `${step} ${(t.requests / t.steps).toFixed(2)}`).join(', ')})`);
   for (const u of summary.unexpected.slice(0, 10)) console.log(`  unexpected: ${u.scenario} ended ${u.outcome}${u.taskId ? ` (task ${u.taskId})` : ''}${u.error ? `: ${u.error}` : ''}`);
   if (a['no-audit']) return summary.unexpected.length === 0 ? 0 : 1;
   const report = await audit();

@@ -1,6 +1,6 @@
 import { startDuplicator } from './duplicator';
 import { client } from './http';
-import { expectedOutcome, runScenario, Scenario, type ScenarioContext, type Services, type TaskRun } from './scenarios';
+import { expectedOutcome, runScenario, Scenario, type ScenarioContext, type Services, type Step, type StepTally, type TaskRun } from './scenarios';
 
 export interface ProductionOptions {
   readonly urls: { readonly task: string; readonly label: string; readonly qa: string; readonly billing: string };
@@ -14,6 +14,8 @@ export interface ProductionOptions {
   readonly duplicates: number;
   readonly kafka?: { readonly brokers: readonly string[]; readonly topicPrefix: string };
   readonly timeoutMs: number;
+  /** `Prefer: wait` in seconds for "not yet" answers and status waits (default 10); 0 polls instead. */
+  readonly waitS?: number;
   readonly seed: number;
   readonly onProgress?: (done: number, total: number) => void;
 }
@@ -26,6 +28,9 @@ export interface ProductionSummary {
   readonly latencyMs: { readonly p50: number; readonly p99: number };
   readonly durationMs: number;
   readonly duplicated: number;
+  /** HTTP requests the scenarios sent (retries and long-poll rounds included) per step they took, overall and by step. */
+  readonly requestsPerStep: number;
+  readonly byStep: Readonly<Partial<Record<Step, StepTally>>>;
   readonly projectId: string;
   readonly runs: readonly TaskRun[];
 }
@@ -54,7 +59,13 @@ export function pickScenarios(n: number, rates: ProductionOptions['rates'], seed
 
 /** Drives `tasks` tasks through their scenarios with `concurrency` workers and summarises. */
 export async function runProduction(o: ProductionOptions): Promise<ProductionSummary> {
-  const svc: Services = { task: client(o.urls.task), label: client(o.urls.label), qa: client(o.urls.qa), billing: client(o.urls.billing) };
+  const waitS = o.waitS ?? 10;
+  // A long poll lasts up to waitS: the request timeout must outlast it, or each one is cut and retried.
+  const services = (onRequest?: () => void): Services => {
+    const options = { timeoutMs: waitS * 1000 + 10_000, onRequest };
+    return { task: client(o.urls.task, options), label: client(o.urls.label, options), qa: client(o.urls.qa, options), billing: client(o.urls.billing, options) };
+  };
+  const svc = services();
   const scenarios = pickScenarios(o.tasks, o.rates, o.seed);
   const create = async (budget: number) => {
     const res = await svc.billing<{ projectId: string }>('POST', '/projects', { name: `produce ${new Date().toISOString()}`, budget, pricePerTask: o.price });
@@ -69,7 +80,8 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
       : undefined;
   let state = o.seed ^ 0x5bd1e995;
   const ctx: ScenarioContext = {
-    svc,
+    services,
+    waitS,
     projectId,
     starvedProjectId,
     annotators: o.annotators,
@@ -94,6 +106,14 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
   }
   const count = (f: (r: TaskRun) => string) => runs.reduce<Record<string, number>>((acc, r) => ({ ...acc, [f(r)]: (acc[f(r)] ?? 0) + 1 }), {});
   const latencies = runs.filter((r) => r.outcome !== 'error').map((r) => r.ms).sort((a, b) => a - b);
+  const byStep: Partial<Record<Step, StepTally>> = {};
+  for (const run of runs) {
+    for (const [step, t] of Object.entries(run.byStep) as [Step, StepTally][]) {
+      const was = byStep[step] ?? { steps: 0, requests: 0 };
+      byStep[step] = { steps: was.steps + t.steps, requests: was.requests + t.requests };
+    }
+  }
+  const totals = Object.values(byStep).reduce((acc, t) => ({ steps: acc.steps + t.steps, requests: acc.requests + t.requests }), { steps: 0, requests: 0 });
   return {
     tasks: o.tasks,
     byScenario: count((r) => r.scenario),
@@ -102,6 +122,8 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
     latencyMs: { p50: percentile(latencies, 50), p99: percentile(latencies, 99) },
     durationMs: Date.now() - started,
     duplicated: duplicator?.duplicated() ?? 0,
+    requestsPerStep: totals.steps === 0 ? 0 : totals.requests / totals.steps,
+    byStep,
     projectId,
     runs,
   };

@@ -1,4 +1,4 @@
-import type { Call } from './http';
+import { errorCode, type Call, type Reply } from './http';
 
 /** What a simulated task goes through; picked per task from the configured rates. */
 export const Scenario = {
@@ -11,6 +11,26 @@ export const Scenario = {
 export type Scenario = (typeof Scenario)[keyof typeof Scenario];
 
 export type Outcome = 'completed' | 'failed' | 'cancelled' | 'error';
+
+/** What a simulated user does in one go; the unit of the requests-per-step figure. */
+export const Step = {
+  create: 'create',
+  claim: 'claim',
+  label: 'label',
+  review: 'review',
+  cancel: 'cancel',
+  /** Waiting for the task to be reopened as a new attempt. */
+  reopened: 'reopened',
+  /** Waiting for the task's final status. */
+  settled: 'settled',
+} as const;
+export type Step = (typeof Step)[keyof typeof Step];
+
+/** Steps taken and HTTP requests sent for them, retries and long-poll rounds included. */
+export interface StepTally {
+  readonly steps: number;
+  readonly requests: number;
+}
 
 export interface Services {
   readonly task: Call;
@@ -25,10 +45,14 @@ export interface TaskRun {
   readonly ms: number;
   readonly taskId?: string;
   readonly error?: string;
+  readonly byStep: Readonly<Partial<Record<Step, StepTally>>>;
 }
 
 export interface ScenarioContext {
-  readonly svc: Services;
+  /** Clients for one run; `onRequest` is called for every HTTP request they send. */
+  readonly services: (onRequest: () => void) => Services;
+  /** `Prefer: wait` in seconds on "not yet" answers and status waits; 0 polls with a backoff instead. */
+  readonly waitS: number;
   /** Project with budget for every task; billing-fail tasks go to a second one with none. */
   readonly projectId: string;
   readonly starvedProjectId: string;
@@ -40,35 +64,72 @@ export interface ScenarioContext {
 const admin = { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'producer-admin' };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Retries while the service answers "not yet": the step's event has not reached it yet. */
-async function untilAccepted(ctx: ScenarioContext, what: string, call: () => ReturnType<Call>, ok: number, notYet: readonly number[]) {
+/** A "not yet" answer the API documents: the step's event has not reached that service. */
+interface NotYet {
+  readonly status: number;
+  readonly code: string;
+}
+const isNotYet = (res: Reply, notYet: readonly NotYet[]) => notYet.some((n) => n.status === res.status && n.code === errorCode(res.body));
+
+/** The `Prefer: wait` of the next request, never past the run's deadline. */
+function preferWait(ctx: ScenarioContext): { readonly headers: Record<string, string>; readonly ms: number } {
+  const seconds = Math.min(ctx.waitS, Math.ceil((ctx.deadline - Date.now()) / 1000));
+  return seconds > 0 ? { headers: { prefer: `wait=${seconds}` }, ms: seconds * 1000 } : { headers: {}, ms: 0 };
+}
+
+/** Whether the server held the request for the whole wait, so it needs no backoff on top. */
+const waitedOut = (wait: { readonly ms: number }, sent: number) => wait.ms > 0 && Date.now() - sent >= wait.ms;
+
+/**
+ * Calls until the answer is `ok`, retrying only documented "not yet" answers. The server holds such
+ * a request for up to `Prefer: wait` seconds; an answer that came sooner (no wait honoured) is
+ * retried after a backoff instead, 25 ms doubling to 500 ms.
+ */
+async function untilAccepted<T>(ctx: ScenarioContext, what: string, call: (headers: Record<string, string>) => Promise<Reply<T>>, ok: number, notYet: readonly NotYet[]): Promise<Reply<T>> {
   for (let delay = 25; ; delay = Math.min(delay * 2, 500)) {
-    const res = await call();
+    const wait = notYet.length > 0 ? preferWait(ctx) : { headers: {}, ms: 0 };
+    const sent = Date.now();
+    const res = await call(wait.headers);
     if (res.status === ok) return res;
-    if (!notYet.includes(res.status) || Date.now() > ctx.deadline) throw new Error(`${what}: ${res.status} ${JSON.stringify(res.body)}`);
-    await sleep(delay);
+    if (!isNotYet(res, notYet) || Date.now() > ctx.deadline) throw new Error(`${what}: ${res.status} ${JSON.stringify(res.body)}`);
+    if (!waitedOut(wait, sent)) await sleep(delay);
   }
 }
 
-async function waitFor(ctx: ScenarioContext, taskId: string, done: (t: { status: string; attempt: number }) => boolean): Promise<{ status: string; attempt: number }> {
+interface TaskView {
+  readonly status: string;
+  readonly attempt: number;
+}
+
+/** Reads the task until `done`, each read a long poll on the same conditions (`query`) where the server waits. */
+async function waitFor(ctx: ScenarioContext, task: Call, taskId: string, query: string, done: (t: TaskView) => boolean): Promise<TaskView> {
   for (let delay = 25; ; delay = Math.min(delay * 2, 500)) {
-    const res = await ctx.svc.task<{ status: string; attempt: number }>('GET', `/tasks/${taskId}`);
+    const wait = preferWait(ctx);
+    const sent = Date.now();
+    const res = await task<TaskView>('GET', `/tasks/${taskId}?${query}`, undefined, wait.headers);
+    if (res.status !== 200) throw new Error(`task ${taskId}: ${res.status} ${JSON.stringify(res.body)}`);
     if (done(res.body)) return res.body;
     if (Date.now() > ctx.deadline) throw new Error(`task ${taskId} still ${res.body.status} (attempt ${res.body.attempt}) at the deadline`);
-    await sleep(delay);
+    if (!waitedOut(wait, sent)) await sleep(delay);
   }
 }
 
-const steps = (ctx: ScenarioContext, taskId: string) => ({
-  claim: (annotatorId: string) => untilAccepted(ctx, 'claim', () => ctx.svc.task('POST', `/tasks/${taskId}/claim`, { annotatorId }), 200, [409]),
+const FINAL = ['completed', 'failed', 'cancelled'];
+
+const steps = (ctx: ScenarioContext, svc: Services, taskId: string) => ({
+  claim: (annotatorId: string) => untilAccepted(ctx, 'claim', () => svc.task('POST', `/tasks/${taskId}/claim`, { annotatorId }), 200, []),
   label: (annotatorId: string, attempt: number) =>
-    untilAccepted(ctx, 'labels', () => ctx.svc.label('POST', `/tasks/${taskId}/labels`, { annotatorId, attempt, annotations: [{ label: 'cat', confidence: 0.9 }] }), 201, [409]),
+    untilAccepted(ctx, 'labels', (h) => svc.label('POST', `/tasks/${taskId}/labels`, { annotatorId, attempt, annotations: [{ label: 'cat', confidence: 0.9 }] }, h), 201, [
+      { status: 409, code: 'ASSIGNMENT_UNKNOWN' },
+    ]),
   // Naming the attempt keeps an approval of the rework from landing on the rejected attempt's review.
   review: (decision: 'approve' | 'reject', attempt: number) =>
-    untilAccepted(ctx, 'review', () => ctx.svc.qa('POST', `/reviews/${taskId}`, { reviewerId: 'reviewer-1', decision, attempt, ...(decision === 'reject' ? { reason: 'boxes too loose' } : {}) }), 200, [404]),
-  cancel: () => untilAccepted(ctx, 'cancel', () => ctx.svc.task('POST', `/tasks/${taskId}/cancel`, { reason: 'withdrawn by the customer' }, admin), 200, []),
-  reopened: (attempt: number) => waitFor(ctx, taskId, (t) => t.attempt > attempt && t.status === 'open'),
-  settled: () => waitFor(ctx, taskId, (t) => ['completed', 'failed', 'cancelled'].includes(t.status)),
+    untilAccepted(ctx, 'review', (h) => svc.qa('POST', `/reviews/${taskId}`, { reviewerId: 'reviewer-1', decision, attempt, ...(decision === 'reject' ? { reason: 'boxes too loose' } : {}) }, h), 200, [
+      { status: 404, code: 'REVIEW_NOT_FOUND' },
+    ]),
+  cancel: () => untilAccepted(ctx, 'cancel', () => svc.task('POST', `/tasks/${taskId}/cancel`, { reason: 'withdrawn by the customer' }, admin), 200, []),
+  reopened: (attempt: number) => waitFor(ctx, svc.task, taskId, `status=open&minAttempt=${attempt + 1}`, (t) => t.attempt > attempt && t.status === 'open'),
+  settled: () => waitFor(ctx, svc.task, taskId, `status=${FINAL.join(',')}`, (t) => FINAL.includes(t.status)),
 });
 
 /** Drives one task through its scenario over HTTP, as annotators, reviewers and admins would. */
@@ -76,35 +137,53 @@ export async function runScenario(ctx: ScenarioContext, scenario: Scenario, i: n
   const started = Date.now();
   const annotator = `annotator-${i % ctx.annotators}`;
   const project = scenario === Scenario.billingFail ? ctx.starvedProjectId : ctx.projectId;
+  const byStep: Partial<Record<Step, StepTally>> = {};
+  let current: Step = Step.create;
+  const tally = (step: Step, add: Partial<StepTally>) => {
+    const was = byStep[step] ?? { steps: 0, requests: 0 };
+    byStep[step] = { steps: was.steps + (add.steps ?? 0), requests: was.requests + (add.requests ?? 0) };
+  };
+  const svc = ctx.services(() => tally(current, { requests: 1 }));
+  const step = <T>(name: Step, run: () => Promise<T>): Promise<T> => {
+    current = name;
+    tally(name, { steps: 1 });
+    return run();
+  };
   let taskId: string | undefined;
   try {
-    const created = await untilAccepted(ctx, 'create', () => ctx.svc.task<{ taskId: string }>('POST', '/tasks', { projectId: project, title: `sample ${i}`, dataUri: `s3://samples/${i}.jpg` }), 201, []);
-    taskId = (created.body as { taskId: string }).taskId;
-    const s = steps(ctx, taskId);
+    const created = await step(Step.create, () =>
+      untilAccepted(ctx, 'create', () => svc.task<{ taskId: string }>('POST', '/tasks', { projectId: project, title: `sample ${i}`, dataUri: `s3://samples/${i}.jpg` }), 201, []),
+    );
+    const id = (created.body as { taskId: string }).taskId;
+    taskId = id;
+    const s = steps(ctx, svc, id);
+    const claim = (who: string) => step(Step.claim, () => s.claim(who));
+    const label = (who: string, attempt: number) => step(Step.label, () => s.label(who, attempt));
+    const review = (decision: 'approve' | 'reject', attempt: number) => step(Step.review, () => s.review(decision, attempt));
     if (scenario === Scenario.cancel) {
       const stage = Math.floor(ctx.random() * 4);
-      if (stage >= 1) await s.claim(annotator);
-      if (stage >= 2) await s.label(annotator, 1);
-      if (stage >= 3) await s.review('approve', 1);
-      await s.cancel();
+      if (stage >= 1) await claim(annotator);
+      if (stage >= 2) await label(annotator, 1);
+      if (stage >= 3) await review('approve', 1);
+      await step(Step.cancel, () => s.cancel());
     } else {
-      await s.claim(annotator);
-      await s.label(annotator, 1);
+      await claim(annotator);
+      await label(annotator, 1);
       let attempt = 1;
       if (scenario === Scenario.reject || scenario === Scenario.qaTimeout) {
-        if (scenario === Scenario.reject) await s.review('reject', 1);
-        await s.reopened(1);
+        if (scenario === Scenario.reject) await review('reject', 1);
+        await step(Step.reopened, () => s.reopened(1));
         const second = `annotator-${(i + 1) % ctx.annotators}`;
-        await s.claim(second);
-        await s.label(second, 2);
+        await claim(second);
+        await label(second, 2);
         attempt = 2;
       }
-      await s.review('approve', attempt);
+      await review('approve', attempt);
     }
-    const final = await s.settled();
-    return { scenario, outcome: final.status as Outcome, ms: Date.now() - started, taskId };
+    const final = await step(Step.settled, () => s.settled());
+    return { scenario, outcome: final.status as Outcome, ms: Date.now() - started, taskId, byStep };
   } catch (error) {
-    return { scenario, outcome: 'error', ms: Date.now() - started, error: (error as Error).message, ...(taskId ? { taskId } : {}) };
+    return { scenario, outcome: 'error', ms: Date.now() - started, error: (error as Error).message, ...(taskId ? { taskId } : {}), byStep };
   }
 }
 

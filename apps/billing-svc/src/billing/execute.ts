@@ -4,7 +4,7 @@ import { decide, type BillingCommand } from './decide';
 import { loadBillingTask, saveBillingTask } from './repository';
 import { evolve } from './state';
 
-const decider = { decide, evolve };
+export const decider = { decide, evolve };
 
 /**
  * Runs a billing command in the caller's transaction. Cancellations and reopenings are folded in

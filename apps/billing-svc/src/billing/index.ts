@@ -1,6 +1,6 @@
 import type { Capability } from '@labelflow/service-kit';
 import type { BillingSvcConfig } from '../config';
-import { billingReactions } from './reactions';
+import { billingConsumer } from './reactions';
 import { billingRoutes } from './routes';
 
-export const billingCapability: Capability<BillingSvcConfig> = { reactions: billingReactions, routes: billingRoutes };
+export const billingCapability: Capability<BillingSvcConfig> = { consumes: billingConsumer, routes: billingRoutes };

@@ -1,5 +1,5 @@
 import type { AnnotatorId, Money, ProjectId, TaskId } from '@labelflow/contracts';
-import { ServiceKitError, ServiceKitErrors, type PoolClient, type Queryable } from '@labelflow/service-kit';
+import { ServiceKitError, ServiceKitErrors, sortedTaskIds, type BatchStore, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { appendLedger, loadProject, saveBalance, type LedgerEntry } from '../projects/repository';
 import { BillingStatus, emptyBilling, type AttemptBilling, type BillingTaskState } from './state';
 
@@ -45,6 +45,29 @@ export async function loadBillingTask(tx: PoolClient, taskId: TaskId, projectHin
   const mark = marks[0];
   return { ...emptyBilling(taskId, project), billings, cancelled: mark?.cancelled_at != null, latestAttempt: mark?.latest_attempt ?? 1 };
 }
+
+/**
+ * A consumed batch's billing states. Its task rows, then its projects' rows, are locked up front in
+ * id order, so batches that share tasks or projects queue instead of deadlocking. Each event then
+ * loads and saves its task inside the batch's transaction: tasks of one project share its balance,
+ * and every transition books its own ledger entries, which a load-once/save-once unit would merge.
+ */
+export const billingBatchStore: BatchStore<BillingTaskState> = {
+  async open(tx, events) {
+    const taskIds = sortedTaskIds(events);
+    await tx.query('INSERT INTO billing_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [taskIds]);
+    await tx.query('SELECT 1 FROM billing_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [taskIds]);
+    const { rows } = await tx.query<{ project_id: string }>('SELECT DISTINCT project_id FROM billings WHERE task_id = ANY($1::text[])', [taskIds]);
+    const projectIds = [...new Set([...events.map((e) => e.projectId), ...rows.map((r) => r.project_id)])].sort();
+    await tx.query('SELECT 1 FROM projects WHERE project_id = ANY($1::uuid[]) ORDER BY project_id FOR UPDATE', [projectIds]);
+    const hints = new Map<string, ProjectId>(events.map((e) => [e.taskId, e.projectId as ProjectId]));
+    return {
+      get: (taskId) => loadBillingTask(tx, taskId as TaskId, hints.get(taskId) ?? null),
+      set: (_taskId, previous, next) => saveBillingTask(tx, previous, next),
+      save: async () => undefined,
+    };
+  },
+};
 
 /**
  * Saves the state and books the money its transitions imply: a billing that became completed is a

@@ -1,19 +1,17 @@
-import type { PoolClient, Reaction, Reactions } from '@labelflow/service-kit';
+import { eventConsumer, fold, preloadedStore, type ServiceContext } from '@labelflow/service-kit';
 import type { LabelSvcConfig } from '../config';
-import { executeLabel } from './execute';
-import type { LabelObservedEvent } from './state';
+import { decider } from './execute';
+import { loadLabelTasksForUpdate, saveLabelTasks } from './repository';
+import type { LabelObservedEvent, LabelTaskState } from './state';
 
-async function observe(tx: PoolClient, event: LabelObservedEvent): Promise<Reaction> {
-  const result = await executeLabel(tx, { type: 'Observe', event });
-  return result.ok ? { emit: result.events } : { ignored: `${result.reason.code}: ${result.reason.message}` };
-}
+const observe = (event: LabelObservedEvent, state: LabelTaskState) => fold(decider, state, { type: 'Observe', event }, [event]);
 
 /**
  * label-svc learns assignments (their lease, their end when a task is reopened, the task's
  * cancellation) from task-svc, review outcomes and timeouts from qa-svc, and billing outcomes from
  * billing-svc; each may void the labels of an attempt (label-svc undoes its own part).
  */
-export const labelReactions: Reactions<LabelSvcConfig> = {
+export const labelConsumer = eventConsumer<LabelTaskState, ServiceContext<LabelSvcConfig>>(preloadedStore({ loadMany: loadLabelTasksForUpdate, saveMany: saveLabelTasks }), {
   TaskAssigned: observe,
   TaskReopened: observe,
   TaskCancelled: observe,
@@ -23,4 +21,4 @@ export const labelReactions: Reactions<LabelSvcConfig> = {
   BillingFailed: observe,
   BillingCompleted: observe,
   BillingRefunded: observe,
-};
+});

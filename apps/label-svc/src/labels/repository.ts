@@ -1,5 +1,5 @@
 import type { Annotation, AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
-import { ServiceKitError, ServiceKitErrors, type PoolClient, type Queryable } from '@labelflow/service-kit';
+import { ServiceKitError, ServiceKitErrors, unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { emptyState, type Assignment, type Label, type LabelStatus, type LabelTaskState, type VoidReason } from './state';
 
 interface AssignmentRow {
@@ -22,6 +22,22 @@ interface LabelRow {
 
 const labelColumns = 'attempt, annotator_id, annotations, status, void_reason, submitted_at, updated_at';
 
+const toAssignment = (row: AssignmentRow): Assignment => ({
+  projectId: row.project_id as ProjectId,
+  attempt: row.attempt,
+  annotatorId: row.annotator_id as AnnotatorId | null,
+  leaseExpiresAt: row.lease_expires_at?.toISOString() ?? null,
+  version: row.version,
+});
+
+const toLabel = (r: LabelRow): Label => ({
+  attempt: r.attempt,
+  annotatorId: r.annotator_id as AnnotatorId,
+  annotations: r.annotations,
+  status: r.status as LabelStatus,
+  voidReason: r.void_reason as VoidReason | null,
+});
+
 /**
  * Loads and locks the task's row (assignment, lease and cancellation tombstone), so two submissions
  * or reactions for one task serialize. A task without a row races to its primary key instead.
@@ -33,23 +49,64 @@ export async function loadLabelTask(db: Queryable, taskId: TaskId, lock = true):
   );
   const rows = await listLabelRows(db, taskId);
   const row = a.rows[0];
-  const assignment: Assignment | null = row
-    ? {
-        projectId: row.project_id as ProjectId,
-        attempt: row.attempt,
-        annotatorId: row.annotator_id as AnnotatorId | null,
-        leaseExpiresAt: row.lease_expires_at?.toISOString() ?? null,
-        version: row.version,
-      }
-    : null;
-  const labels: Label[] = rows.map((r) => ({
-    attempt: r.attempt,
-    annotatorId: r.annotator_id as AnnotatorId,
-    annotations: r.annotations,
-    status: r.status as LabelStatus,
-    voidReason: r.void_reason as VoidReason | null,
-  }));
-  return { ...emptyState(taskId), assignment, cancelled: row?.cancelled_at != null, labels };
+  return { ...emptyState(taskId), assignment: row ? toAssignment(row) : null, cancelled: row?.cancelled_at != null, labels: rows.map(toLabel) };
+}
+
+/** Loads a batch's tasks with one query per table, locking their assignment rows in task id order. */
+export async function loadLabelTasksForUpdate(tx: Queryable, taskIds: readonly string[]): Promise<Map<string, LabelTaskState>> {
+  const a = await tx.query<AssignmentRow & { task_id: string }>(
+    'SELECT task_id, project_id, attempt, annotator_id, lease_expires_at, cancelled_at, version FROM assignments WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE',
+    [taskIds],
+  );
+  const l = await tx.query<LabelRow & { task_id: string }>(`SELECT task_id, ${labelColumns} FROM labels WHERE task_id = ANY($1::text[]) ORDER BY task_id, attempt`, [taskIds]);
+  const states = new Map<string, LabelTaskState>(taskIds.map((id) => [id, emptyState(id as TaskId)]));
+  for (const row of a.rows) states.set(row.task_id, { ...states.get(row.task_id)!, assignment: toAssignment(row), cancelled: row.cancelled_at != null });
+  for (const row of l.rows) {
+    const state = states.get(row.task_id)!;
+    states.set(row.task_id, { ...state, labels: [...state.labels, toLabel(row)] });
+  }
+  return states;
+}
+
+/**
+ * Saves a batch's changed tasks: new assignments in one insert (racing to the primary key), changed
+ * ones in one compare-and-set update, labels in one upsert. Any lost race fails the whole batch.
+ */
+export async function saveLabelTasks(tx: Queryable, changes: readonly { readonly before: LabelTaskState; readonly after: LabelTaskState }[]): Promise<void> {
+  const touched = changes.filter(({ before, after }) => after.assignment && (after.assignment !== before.assignment || after.cancelled !== before.cancelled));
+  const inserts = touched.filter(({ before }) => !before.assignment);
+  const updates = touched.filter(({ before }) => before.assignment);
+  const conflict = (n: number) => new ServiceKitError(ServiceKitErrors.CONCURRENT_UPDATE, `${n} assignments changed concurrently`, { retriable: true });
+  if (inserts.length > 0) {
+    const inserted = await tx.query(
+      `INSERT INTO assignments (task_id, project_id, attempt, annotator_id, lease_expires_at, cancelled_at, version)
+       SELECT task_id, project_id, attempt, annotator_id, lease_expires_at, CASE WHEN cancelled THEN now() END, 1
+       FROM unnest($1::text[], $2::uuid[], $3::int[], $4::text[], $5::timestamptz[], $6::boolean[]) AS u(task_id, project_id, attempt, annotator_id, lease_expires_at, cancelled)
+       ON CONFLICT (task_id) DO NOTHING`,
+      unnestColumns(inserts.map(({ after }) => [after.taskId, after.assignment!.projectId, after.assignment!.attempt, after.assignment!.annotatorId, after.assignment!.leaseExpiresAt, after.cancelled])),
+    );
+    if (inserted.rowCount !== inserts.length) throw conflict(inserts.length - (inserted.rowCount ?? 0));
+  }
+  if (updates.length > 0) {
+    const updated = await tx.query(
+      `UPDATE assignments a SET attempt = u.attempt, annotator_id = u.annotator_id, lease_expires_at = u.lease_expires_at,
+         cancelled_at = CASE WHEN u.cancelled THEN coalesce(a.cancelled_at, now()) END, version = a.version + 1, updated_at = now()
+       FROM unnest($1::text[], $2::int[], $3::text[], $4::timestamptz[], $5::boolean[], $6::int[]) AS u(task_id, attempt, annotator_id, lease_expires_at, cancelled, version)
+       WHERE a.task_id = u.task_id AND a.version = u.version`,
+      unnestColumns(updates.map(({ before, after }) => [after.taskId, after.assignment!.attempt, after.assignment!.annotatorId, after.assignment!.leaseExpiresAt, after.cancelled, before.assignment!.version])),
+    );
+    if (updated.rowCount !== updates.length) throw conflict(updates.length - (updated.rowCount ?? 0));
+  }
+  const labels = changes.flatMap(({ before, after }) => after.labels.filter((label) => !before.labels.includes(label)).map((label) => ({ taskId: after.taskId, label })));
+  if (labels.length > 0) {
+    await tx.query(
+      `INSERT INTO labels (task_id, attempt, annotator_id, annotations, status, void_reason)
+       SELECT task_id, attempt, annotator_id, annotations::jsonb, status, void_reason
+       FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[]) AS u(task_id, attempt, annotator_id, annotations, status, void_reason)
+       ON CONFLICT (task_id, attempt) DO UPDATE SET status = EXCLUDED.status, void_reason = EXCLUDED.void_reason, updated_at = now()`,
+      unnestColumns(labels.map(({ taskId, label }) => [taskId, label.attempt, label.annotatorId, JSON.stringify(label.annotations), label.status, label.voidReason])),
+    );
+  }
 }
 
 export async function listLabelRows(db: Queryable, taskId: TaskId): Promise<LabelRow[]> {

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type {} from '@labelflow/idempotency';
 import { z } from 'zod';
 import { Annotation, AnnotatorId, Attempt, TaskId } from '@labelflow/contracts';
-import { HttpError, parseInput, type ServiceContext } from '@labelflow/service-kit';
+import { clientGone, honourPreferWait, HttpError, parseInput, retryWhileNotYet, type ServiceContext } from '@labelflow/service-kit';
 import type { LabelSvcConfig } from '../config';
 import type { LabelRejection } from './decide';
 import { executeLabel } from './execute';
@@ -29,14 +29,26 @@ const statusFor: Record<LabelRejection['code'], number> = {
 
 export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcConfig>): void {
   // A double-clicked or retried submission with the same Idempotency-Key gets the first answer back.
-  app.post('/tasks/:taskId/labels', async (request) => {
+  // With Prefer: wait, ASSIGNMENT_UNKNOWN (the claim has not arrived yet) is answered only once the
+  // wait is over: until then each TaskAssigned this service applies to the task decides again.
+  app.post('/tasks/:taskId/labels', async (request, reply) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
     const body = parseInput(SubmitBody, request.body);
-    return request.idempotent({}, async (tx, key) => {
-      const result = await executeLabel(tx, { type: 'SubmitLabels', taskId, ...body, now: ctx.now() });
-      if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
-      const [event] = await ctx.emit(tx, result.events, key);
-      return { status: 201, body: { taskId, attempt: event?.attempt, status: 'submitted', eventId: event?.id } };
+    return retryWhileNotYet({
+      signals: ctx.signals,
+      taskId,
+      waitMs: honourPreferWait(request, reply),
+      notYet: ['ASSIGNMENT_UNKNOWN'],
+      abort: clientGone(reply),
+      metrics: ctx.metrics,
+      route: 'POST /tasks/:taskId/labels',
+      attempt: () =>
+        request.idempotent({}, async (tx, key) => {
+          const result = await executeLabel(tx, { type: 'SubmitLabels', taskId, ...body, now: ctx.now() });
+          if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
+          const [event] = await ctx.emit(tx, result.events, key);
+          return { status: 201, body: { taskId, attempt: event?.attempt, status: 'submitted', eventId: event?.id } };
+        }),
     });
   });
 

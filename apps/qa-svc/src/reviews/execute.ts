@@ -1,14 +1,18 @@
 import type { QaEvent, TaskId } from '@labelflow/contracts';
-import { execute, type EventDraft, type PoolClient } from '@labelflow/service-kit';
-import { decide, type ReviewCommand, type ReviewDecidedEvent } from './decide';
+import { execute, type EventDraft, type Executed, type PoolClient } from '@labelflow/service-kit';
+import { decide, type ReviewCommand, type ReviewDecidedEvent, type ReviewRejection } from './decide';
 import { loadReviews, saveReviews } from './repository';
-import { evolve } from './state';
+import { evolve, type ReviewTaskState } from './state';
 
 const store = { load: (tx: PoolClient, taskId: string) => loadReviews(tx, taskId as TaskId), save: saveReviews };
-const decider = { decide, evolve };
+export const decider = { decide, evolve };
 
 /** Local records (the review deadline) are folded into the state but never published. */
 const isPublished = (event: ReviewDecidedEvent): event is EventDraft<QaEvent> => event.type !== 'ReviewDeadlineSet';
+
+/** Only the events to publish, of a review command's outcome. */
+export const published = (result: Executed<ReviewTaskState, ReviewDecidedEvent, ReviewRejection>): Executed<ReviewTaskState, EventDraft<QaEvent>, ReviewRejection> =>
+  result.ok ? { ...result, events: result.events.filter(isPublished) } : result;
 
 const keyOf = (command: ReviewCommand): TaskId => (command.type === 'OpenReview' || command.type === 'Observe' ? command.event.taskId : command.taskId);
 const observedBy = (command: ReviewCommand) => (command.type === 'OpenReview' || command.type === 'Observe' ? [command.event] : []);
@@ -18,6 +22,5 @@ const observedBy = (command: ReviewCommand) => (command.type === 'OpenReview' ||
  * event is folded in when accepted. Returns only the events to publish.
  */
 export async function executeReview(tx: PoolClient, command: ReviewCommand) {
-  const result = await execute(tx, { decider, store }, keyOf(command), command, observedBy(command));
-  return result.ok ? { ...result, events: result.events.filter(isPublished) } : result;
+  return published(await execute(tx, { decider, store }, keyOf(command), command, observedBy(command)));
 }

@@ -1,7 +1,7 @@
 import type { Capability } from '@labelflow/service-kit';
 import type { QaSvcConfig } from '../config';
-import { reviewReactions } from './reactions';
+import { reviewConsumer } from './reactions';
 import { reviewRoutes } from './routes';
 import { reviewDeadlineSweeper } from './sweeper';
 
-export const reviewsCapability: Capability<QaSvcConfig> = { reactions: reviewReactions, routes: reviewRoutes, sweepers: (ctx) => [reviewDeadlineSweeper(ctx)] };
+export const reviewsCapability: Capability<QaSvcConfig> = { consumes: reviewConsumer, routes: reviewRoutes, sweepers: (ctx) => [reviewDeadlineSweeper(ctx)] };

@@ -1,27 +1,22 @@
 import type { LabelSubmitted } from '@labelflow/contracts';
-import type { PoolClient, Reaction, Reactions, ServiceContext } from '@labelflow/service-kit';
+import { eventConsumer, fold, preloadedStore, type ServiceContext } from '@labelflow/service-kit';
 import type { QaSvcConfig } from '../config';
-import { executeReview } from './execute';
-import type { ReviewObservedEvent } from './state';
+import type { ReviewCommand } from './decide';
+import { decider, published } from './execute';
+import { loadReviewsForUpdate, saveReviewsMany } from './repository';
+import type { ReviewObservedEvent, ReviewTaskState } from './state';
 
-type Executed = Awaited<ReturnType<typeof executeReview>>;
-const toReaction = (result: Executed): Reaction => (result.ok ? { emit: result.events } : { ignored: `${result.reason.code}: ${result.reason.message}` });
+const run = (state: ReviewTaskState, command: ReviewCommand, event: LabelSubmitted | ReviewObservedEvent) => published(fold(decider, state, command, [event]));
 
-/** Every labelled attempt opens one review item, due within the review SLA. */
-async function openReview(tx: PoolClient, event: LabelSubmitted, ctx: ServiceContext<QaSvcConfig>): Promise<Reaction> {
-  return toReaction(await executeReview(tx, { type: 'OpenReview', event, now: ctx.now(), slaMs: ctx.config.QA_SLA_MS }));
-}
-
-/** Reopens, cancellations and billing outcomes may void or revoke reviews (qa-svc undoes its part). */
-async function observe(tx: PoolClient, event: ReviewObservedEvent): Promise<Reaction> {
-  return toReaction(await executeReview(tx, { type: 'Observe', event }));
-}
-
-export const reviewReactions: Reactions<QaSvcConfig> = {
-  LabelSubmitted: openReview,
-  TaskReopened: observe,
-  TaskCancelled: observe,
-  BillingFailed: observe,
-  BillingCompleted: observe,
-  BillingRefunded: observe,
-};
+/**
+ * Every labelled attempt opens one review item, due within the review SLA; reopens, cancellations
+ * and billing outcomes may void or revoke reviews (qa-svc undoes its part).
+ */
+export const reviewConsumer = eventConsumer<ReviewTaskState, ServiceContext<QaSvcConfig>>(preloadedStore({ loadMany: loadReviewsForUpdate, saveMany: saveReviewsMany }), {
+  LabelSubmitted: (event, state, ctx) => run(state, { type: 'OpenReview', event, now: ctx.now(), slaMs: ctx.config.QA_SLA_MS }, event),
+  TaskReopened: (event, state) => run(state, { type: 'Observe', event }, event),
+  TaskCancelled: (event, state) => run(state, { type: 'Observe', event }, event),
+  BillingFailed: (event, state) => run(state, { type: 'Observe', event }, event),
+  BillingCompleted: (event, state) => run(state, { type: 'Observe', event }, event),
+  BillingRefunded: (event, state) => run(state, { type: 'Observe', event }, event),
+});

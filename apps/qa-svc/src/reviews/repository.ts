@@ -1,5 +1,5 @@
 import type { AnnotatorId, ProjectId, ReviewerId, TaskId } from '@labelflow/contracts';
-import type { PoolClient, Queryable } from '@labelflow/service-kit';
+import { unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { emptyState, type CloseReason, type Review, type ReviewStatus, type ReviewTaskState } from './state';
 
 interface ReviewRow {
@@ -30,6 +30,11 @@ const toReview = (r: ReviewRow): Review => ({
   closeReason: r.close_reason as CloseReason | null,
 });
 
+/** A review written again keeps its decision time unless its status changed. */
+const reviewUpsertSet = `status = EXCLUDED.status, reviewer_id = EXCLUDED.reviewer_id, reason = EXCLUDED.reason,
+  deadline_at = EXCLUDED.deadline_at, close_reason = EXCLUDED.close_reason,
+  decided_at = CASE WHEN EXCLUDED.status = 'pending' THEN NULL WHEN EXCLUDED.status = reviews.status THEN reviews.decided_at ELSE now() END`;
+
 /**
  * Loads the task's state. With `lock`, first makes sure the task's row in review_tasks exists and
  * locks it: every writer of a task (reactions, decisions, the deadline sweeper) takes that one lock
@@ -41,6 +46,43 @@ export async function loadReviews(db: Queryable, taskId: TaskId, lock = true): P
   const { rows } = await db.query<ReviewRow>('SELECT * FROM reviews WHERE task_id = $1 ORDER BY attempt', [taskId]);
   const row = task.rows[0];
   return { ...emptyState(taskId), reviews: rows.map(toReview), reopenedAttempt: row?.reopened_attempt ?? 0, cancelled: row?.cancelled_at != null };
+}
+
+/**
+ * Loads a batch's tasks with one query per table, first making sure each has its review_tasks row
+ * and locking those rows in task id order: the same lock every single-task writer takes.
+ */
+export async function loadReviewsForUpdate(tx: Queryable, taskIds: readonly string[]): Promise<Map<string, ReviewTaskState>> {
+  await tx.query('INSERT INTO review_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [taskIds]);
+  const tasks = await tx.query<ReviewTaskRow & { task_id: string }>('SELECT task_id, reopened_attempt, cancelled_at FROM review_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [taskIds]);
+  const reviews = await tx.query<ReviewRow & { task_id: string }>('SELECT * FROM reviews WHERE task_id = ANY($1::text[]) ORDER BY task_id, attempt', [taskIds]);
+  const states = new Map<string, ReviewTaskState>(taskIds.map((id) => [id, emptyState(id as TaskId)]));
+  for (const row of tasks.rows) states.set(row.task_id, { ...states.get(row.task_id)!, reopenedAttempt: row.reopened_attempt, cancelled: row.cancelled_at != null });
+  for (const row of reviews.rows) {
+    const state = states.get(row.task_id)!;
+    states.set(row.task_id, { ...state, reviews: [...state.reviews, toReview(row)] });
+  }
+  return states;
+}
+
+/** Saves a batch's changed tasks: one update of their task rows, one upsert of their reviews. */
+export async function saveReviewsMany(tx: Queryable, changes: readonly { readonly before: ReviewTaskState; readonly after: ReviewTaskState }[]): Promise<void> {
+  const marks = changes.filter(({ before, after }) => after.reopenedAttempt !== before.reopenedAttempt || after.cancelled !== before.cancelled).map(({ after }) => after);
+  if (marks.length > 0) {
+    await tx.query(
+      `UPDATE review_tasks t SET reopened_attempt = u.reopened_attempt, cancelled_at = CASE WHEN u.cancelled THEN coalesce(t.cancelled_at, now()) END, updated_at = now()
+       FROM unnest($1::text[], $2::int[], $3::boolean[]) AS u(task_id, reopened_attempt, cancelled) WHERE t.task_id = u.task_id`,
+      unnestColumns(marks.map((m) => [m.taskId, m.reopenedAttempt, m.cancelled])),
+    );
+  }
+  const changed = changes.flatMap(({ before, after }) => after.reviews.filter((r) => !before.reviews.includes(r)).map((review) => ({ taskId: after.taskId, review })));
+  if (changed.length === 0) return;
+  await tx.query(
+    `INSERT INTO reviews (task_id, attempt, project_id, annotator_id, status, reviewer_id, reason, deadline_at, close_reason)
+     SELECT * FROM unnest($1::text[], $2::int[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[])
+     ON CONFLICT (task_id, attempt) DO UPDATE SET ${reviewUpsertSet}`,
+    unnestColumns(changed.map(({ taskId, review: r }) => [taskId, r.attempt, r.projectId, r.annotatorId, r.status, r.reviewerId, r.reason, r.deadlineAt, r.closeReason])),
+  );
 }
 
 export async function listReviewRows(db: Queryable, filter: { taskId?: string; status?: string; limit: number }): Promise<(ReviewRow & { task_id: string })[]> {
@@ -69,9 +111,7 @@ export async function saveReviews(tx: PoolClient, previous: ReviewTaskState, nex
     if (previous.reviews.includes(review)) continue;
     await tx.query(
       `INSERT INTO reviews (task_id, attempt, project_id, annotator_id, status, reviewer_id, reason, deadline_at, close_reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-       ON CONFLICT (task_id, attempt) DO UPDATE SET status = EXCLUDED.status, reviewer_id = EXCLUDED.reviewer_id, reason = EXCLUDED.reason,
-         deadline_at = EXCLUDED.deadline_at, close_reason = EXCLUDED.close_reason,
-         decided_at = CASE WHEN EXCLUDED.status = 'pending' THEN NULL WHEN EXCLUDED.status = reviews.status THEN reviews.decided_at ELSE now() END`,
+       ON CONFLICT (task_id, attempt) DO UPDATE SET ${reviewUpsertSet}`,
       [next.taskId, review.attempt, review.projectId, review.annotatorId, review.status, review.reviewerId, review.reason, review.deadlineAt, review.closeReason],
     );
   }

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type {} from '@labelflow/idempotency';
 import { z } from 'zod';
 import { Attempt, ReviewerId, storable, TaskId } from '@labelflow/contracts';
-import { HttpError, parseInput, type Queryable, type ServiceContext } from '@labelflow/service-kit';
+import { clientGone, honourPreferWait, HttpError, parseInput, retryWhileNotYet, type Queryable, type ServiceContext } from '@labelflow/service-kit';
 import type { QaSvcConfig } from '../config';
 import { ReviewDecision, type ReviewRejection } from './decide';
 import { executeReview } from './execute';
@@ -60,14 +60,26 @@ export function reviewRoutes(app: FastifyInstance, ctx: ServiceContext<QaSvcConf
   };
 
   // A retried decision with the same Idempotency-Key gets the first answer back, not a 409.
-  app.post('/reviews/:taskId', async (request) => {
+  // With Prefer: wait, REVIEW_NOT_FOUND (the labels have not arrived yet) is answered only once the
+  // wait is over: until then each LabelSubmitted this service applies to the task decides again.
+  app.post('/reviews/:taskId', async (request, reply) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
     const body = parseInput(DecideBody, request.body);
-    return request.idempotent({}, async (tx, key) => {
-      const result = await executeReview(tx, { type: 'DecideReview', taskId, ...body });
-      if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
-      await ctx.emit(tx, result.events, key);
-      return { status: 200, body: await latestView(taskId, tx) };
+    return retryWhileNotYet({
+      signals: ctx.signals,
+      taskId,
+      waitMs: honourPreferWait(request, reply),
+      notYet: ['REVIEW_NOT_FOUND'],
+      abort: clientGone(reply),
+      metrics: ctx.metrics,
+      route: 'POST /reviews/:taskId',
+      attempt: () =>
+        request.idempotent({}, async (tx, key) => {
+          const result = await executeReview(tx, { type: 'DecideReview', taskId, ...body });
+          if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
+          await ctx.emit(tx, result.events, key);
+          return { status: 200, body: await latestView(taskId, tx) };
+        }),
     });
   });
 

@@ -11,7 +11,7 @@ const store = {
   load: (tx: PoolClient, taskId: string) => loadTask(tx, taskId as TaskId),
   save: (tx: PoolClient, previous: TaskState | null, next: TaskState | null) => (next ? saveTask(tx, next, previous ? previous.version : null) : Promise.resolve()),
 };
-const decider = { decide, evolve };
+export const decider = { decide, evolve };
 
 /** Runs a task command in the caller's transaction; a consumed event is folded in when accepted. */
 export function executeTask(tx: PoolClient, command: TaskCommand) {

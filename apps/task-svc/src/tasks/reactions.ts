@@ -1,18 +1,16 @@
-import type { PoolClient, Reaction, Reactions } from '@labelflow/service-kit';
+import { eventConsumer, fold, preloadedStore, type ServiceContext } from '@labelflow/service-kit';
 import type { TaskSvcConfig } from '../config';
-import type { ObservedEvent } from './state';
-import { executeTask } from './execute';
+import { decider } from './execute';
+import { loadTasksForUpdate, saveTasks } from './repository';
+import type { ObservedEvent, TaskState } from './state';
 
-async function observe(tx: PoolClient, event: ObservedEvent): Promise<Reaction> {
-  const result = await executeTask(tx, { type: 'Observe', event });
-  return result.ok ? { emit: result.events } : { ignored: `${result.reason.code}: ${result.reason.message}` };
-}
+const observe = (event: ObservedEvent, state: TaskState | null) => fold(decider, state, { type: 'Observe', event }, [event]);
 
 /**
  * task-svc follows the saga's progress, reopens the task for rework when QA rejects it, and
- * completes it once billing is done.
+ * completes it once billing is done. A batch's tasks are loaded with one query and saved with one.
  */
-export const taskReactions: Reactions<TaskSvcConfig> = {
+export const taskConsumer = eventConsumer<TaskState | null, ServiceContext<TaskSvcConfig>>(preloadedStore({ loadMany: loadTasksForUpdate, saveMany: saveTasks }), {
   LabelSubmitted: observe,
   QaStarted: observe,
   QaPassed: observe,
@@ -20,4 +18,4 @@ export const taskReactions: Reactions<TaskSvcConfig> = {
   QaTimedOut: observe,
   BillingCompleted: observe,
   BillingFailed: observe,
-};
+});

@@ -41,6 +41,42 @@ export async function loadTask(db: Queryable, taskId: TaskId): Promise<TaskRecor
   return rows[0] ? toState(rows[0]) : null;
 }
 
+/** Loads and locks a batch's tasks with one query, in task id order (a missing task maps to null). */
+export async function loadTasksForUpdate(tx: Queryable, taskIds: readonly string[]): Promise<Map<string, TaskRecord | null>> {
+  const { rows } = await tx.query<TaskRow>('SELECT * FROM tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [taskIds]);
+  const found = new Map<string, TaskRecord | null>(taskIds.map((id) => [id, null]));
+  for (const row of rows) found.set(row.task_id, toState(row));
+  return found;
+}
+
+/**
+ * Saves a batch's changed tasks with one compare-and-set statement; a task new to the table (none
+ * is created by consumers today) goes through `saveTask`.
+ */
+export async function saveTasks(tx: Queryable, changes: readonly { readonly before: TaskState | null; readonly after: TaskState | null }[]): Promise<void> {
+  const updates = changes.flatMap(({ before, after }) => (before && after ? [{ next: after, version: before.version }] : []));
+  for (const { before, after } of changes) if (!before && after) await saveTask(tx, after, null);
+  if (updates.length === 0) return;
+  const result = await tx.query(
+    `UPDATE tasks t SET status = u.status, attempt = u.attempt, assignee = u.assignee, lease_expires_at = u.lease_expires_at, reason = u.reason,
+       version = t.version + 1, updated_at = now()
+     FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::text[], $7::int[]) AS u(task_id, status, attempt, assignee, lease_expires_at, reason, version)
+     WHERE t.task_id = u.task_id AND t.version = u.version`,
+    [
+      updates.map((u) => u.next.taskId),
+      updates.map((u) => u.next.status),
+      updates.map((u) => u.next.attempt),
+      updates.map((u) => u.next.assignee),
+      updates.map((u) => u.next.leaseExpiresAt),
+      updates.map((u) => u.next.reason),
+      updates.map((u) => u.version),
+    ],
+  );
+  if (result.rowCount !== updates.length) {
+    throw new ServiceKitError(ServiceKitErrors.CONCURRENT_UPDATE, `${updates.length - (result.rowCount ?? 0)} of ${updates.length} tasks changed concurrently`, { retriable: true });
+  }
+}
+
 export async function listTasks(db: Queryable, filter: { projectId?: string; status?: string; limit: number }): Promise<TaskRecord[]> {
   const { rows } = await db.query<TaskRow>(
     `SELECT * FROM tasks WHERE ($1::uuid IS NULL OR project_id = $1) AND ($2::text IS NULL OR status = $2)

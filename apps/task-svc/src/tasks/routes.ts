@@ -2,8 +2,8 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { IdempotentOptions } from '@labelflow/idempotency';
 import { createSegmentAllocator, formatTaskNumber, ProjectKey } from '@labelflow/idgen';
 import { z } from 'zod';
-import { AnnotatorId, callerOf, ProjectId, storable, TaskId } from '@labelflow/contracts';
-import { HttpError, parseInput, requireAdmin, type PoolClient, type ServiceContext } from '@labelflow/service-kit';
+import { AnnotatorId, Attempt, callerOf, ProjectId, storable, TaskId } from '@labelflow/contracts';
+import { awaitTask, clientGone, honourPreferWait, HttpError, parseInput, requireAdmin, type PoolClient, type ServiceContext } from '@labelflow/service-kit';
 import type { TaskSvcConfig } from '../config';
 import type { TaskCommand, TaskRejection } from './decide';
 import { executeTask } from './execute';
@@ -23,6 +23,15 @@ const ListQuery = z.object({
   status: z.enum(Object.values(TaskStatus) as [string, ...string[]]).optional(),
   limit: z.coerce.number().int().min(1).max(1000).default(100),
 });
+/** `a,b` or a repeated parameter (`?status=a&status=b`), as a list of statuses. */
+const StatusList = z
+  .union([z.string(), z.array(z.string())])
+  .transform((value) => [value].flat().flatMap((s) => s.split(',')).map((s) => s.trim()))
+  .pipe(z.array(z.enum(Object.values(TaskStatus) as [TaskStatus, ...TaskStatus[]])).min(1));
+/** What the task must look like for a `Prefer: wait` read to answer before its wait is over. */
+const WaitConditions = z.object({ status: StatusList.optional(), minAttempt: z.coerce.number().pipe(Attempt).optional() });
+type WaitConditions = z.infer<typeof WaitConditions>;
+const matches = (task: TaskRecord, { status, minAttempt }: WaitConditions) => (!status || status.includes(task.status)) && (minAttempt === undefined || task.attempt >= minAttempt);
 
 const statusFor: Record<TaskRejection['code'], number> = {
   TASK_CANCELLED: 409,
@@ -65,6 +74,7 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
       const result = await executeTask(tx, command);
       if (!result.ok) throw rejection(result.reason, request, await loadTask(tx, command.taskId));
       await ctx.emit(tx, result.events, key);
+      await ctx.signals.publish(tx, [command.taskId]);
       const saved = await loadTask(tx, command.taskId);
       if (!saved) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${command.taskId} does not exist`);
       return { status, body: toView(saved) };
@@ -99,10 +109,26 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
     return run(request, {}, { type: 'CancelTask', taskId, reason, cancelledBy: user });
   });
 
-  app.get('/tasks/:taskId', async (request) => {
+  // A long poll: with conditions and Prefer: wait, the answer waits until the task meets them (its
+  // status follows other services' events) or the wait is over; the client checks which.
+  app.get('/tasks/:taskId', async (request, reply) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
-    const task = await loadTask(ctx.pool, taskId);
-    if (!task) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${taskId} does not exist`);
+    const conditions = parseInput(WaitConditions, request.query, 'query');
+    const conditional = conditions.status !== undefined || conditions.minAttempt !== undefined;
+    const task = await awaitTask({
+      signals: ctx.signals,
+      taskId,
+      waitMs: conditional ? honourPreferWait(request, reply) : undefined,
+      abort: clientGone(reply),
+      metrics: ctx.metrics,
+      route: 'GET /tasks/:taskId',
+      attempt: async () => {
+        const found = await loadTask(ctx.pool, taskId);
+        if (!found) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${taskId} does not exist`);
+        return found;
+      },
+      settled: (found) => matches(found, conditions),
+    });
     return toView(task);
   });
 

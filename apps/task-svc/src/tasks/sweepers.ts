@@ -10,6 +10,8 @@ export const leaseSweeper = (ctx: ServiceContext<TaskSvcConfig>): Sweeper => ({
   claimDue: (tx, limit, now) => claimExpiredLeases(tx, limit, now, ctx.config.ASSIGNMENT_LEASE_GRACE_MS),
   fire: async (tx, taskId, now) => {
     const result = await executeTask(tx, { type: 'ExpireLease', taskId: taskId as TaskId, now, graceMs: ctx.config.ASSIGNMENT_LEASE_GRACE_MS });
-    return result.ok ? result.events : [];
+    if (!result.ok) return [];
+    await ctx.signals.publish(tx, [taskId]);
+    return result.events;
   },
 });

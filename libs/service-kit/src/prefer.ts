@@ -1,0 +1,159 @@
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Metrics } from '@labelflow/telemetry';
+import { HttpError } from './errors';
+import type { TaskSignals } from './signals';
+
+export const PREFER_HEADER = 'prefer';
+export const PREFERENCE_APPLIED_HEADER = 'preference-applied';
+/** The longest `Prefer: wait` honoured: a longer one is cut to this (and says so in Preference-Applied). */
+export const MAX_PREFER_WAIT_S = 30;
+/** How often a waiting request looks again without a signal, in case a notification was lost. */
+export const RECHECK_MS = 1_000;
+
+/** Splits at `separator` outside quoted strings (RFC 9110 quoted-string, with backslash escapes). */
+function splitOutsideQuotes(text: string, separator: string): string[] {
+  const parts: string[] = [];
+  let current = '';
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charAt(i);
+    if (quoted && c === '\\' && i + 1 < text.length) {
+      current += c + text.charAt(++i);
+      continue;
+    }
+    if (c === '"') quoted = !quoted;
+    if (c === separator && !quoted) {
+      parts.push(current);
+      current = '';
+    } else current += c;
+  }
+  parts.push(current);
+  return parts;
+}
+
+const unquote = (value: string) => (value.length >= 2 && value.startsWith('"') && value.endsWith('"') ? value.slice(1, -1).replace(/\\(.)/g, '$1') : value);
+
+/**
+ * The `wait` preference of an RFC 7240 `Prefer` header, in milliseconds, capped at `maxSeconds`;
+ * undefined when the header names none or its value is not delta-seconds. Other preferences
+ * (`respond-async, wait=5`), parameters (`wait=5; x=y`), any case and a quoted value are fine; of
+ * several `wait`s only the first counts, as RFC 7240 says.
+ */
+export function parsePreferWait(header: string | readonly string[] | undefined, maxSeconds: number): number | undefined {
+  if (header === undefined) return undefined;
+  const text = typeof header === 'string' ? header : header.join(',');
+  for (const preference of splitOutsideQuotes(text, ',')) {
+    const [head = ''] = splitOutsideQuotes(preference, ';');
+    const eq = head.indexOf('=');
+    const name = (eq === -1 ? head : head.slice(0, eq)).trim().toLowerCase();
+    if (name !== 'wait') continue;
+    const value = eq === -1 ? '' : unquote(head.slice(eq + 1).trim());
+    if (!/^[0-9]+$/.test(value)) return undefined;
+    return Math.min(Number(value), maxSeconds) * 1000;
+  }
+  return undefined;
+}
+
+/**
+ * The wait the request asked for with `Prefer: wait=N`, capped, in ms; sets `Preference-Applied`
+ * on the reply, which every answer of the route then carries, so only call it where the route does
+ * wait.
+ */
+export function honourPreferWait(request: FastifyRequest, reply: FastifyReply, maxSeconds = MAX_PREFER_WAIT_S): number | undefined {
+  const waitMs = parsePreferWait(request.headers[PREFER_HEADER], maxSeconds);
+  if (waitMs !== undefined) reply.header(PREFERENCE_APPLIED_HEADER, `wait=${waitMs / 1000}`);
+  return waitMs;
+}
+
+/** Aborts when the client hangs up before its answer was sent: nobody is left to wait for. */
+export function clientGone(reply: FastifyReply): AbortSignal {
+  const controller = new AbortController();
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableFinished) controller.abort();
+  });
+  return controller.signal;
+}
+
+export interface AwaitTaskOptions<T> {
+  readonly signals: TaskSignals;
+  readonly taskId: string;
+  /** How long to keep looking; undefined or 0: look once. */
+  readonly waitMs: number | undefined;
+  /** One look: a complete unit of work that holds no connection once it returns. */
+  readonly attempt: () => Promise<T>;
+  /** Whether an attempt's result is the answer; the last result is returned when time runs out. */
+  readonly settled: (result: T) => boolean;
+  readonly abort?: AbortSignal;
+  readonly recheckMs?: number;
+  /** `http_long_polls_waiting{route}`, `http_long_polls_total{route,outcome}`, `http_long_poll_wakeups_total{route,cause}`. */
+  readonly metrics?: Metrics;
+  readonly route?: string;
+}
+
+export const LongPollOutcome = { settled: 'settled', timedOut: 'timed_out', abandoned: 'abandoned' } as const;
+export type LongPollOutcome = (typeof LongPollOutcome)[keyof typeof LongPollOutcome];
+
+/**
+ * Runs `attempt` until its result is `settled`, waking on a signal for the task or every
+ * `recheckMs`, for at most `waitMs`. Nothing is held between attempts. The subscription is taken
+ * before each attempt, so a change that commits between the attempt and the wait still wakes it.
+ */
+export async function awaitTask<T>(options: AwaitTaskOptions<T>): Promise<T> {
+  const { signals, taskId, waitMs, attempt, settled, abort, recheckMs = RECHECK_MS, metrics, route = 'unknown' } = options;
+  if (!waitMs || waitMs <= 0) return attempt();
+  const waitingNow = metrics?.gauge('http_long_polls_waiting', 'Requests waiting for a task to change (Prefer: wait)', ['route']);
+  const ended = metrics?.counter('http_long_polls_total', 'Requests that waited (Prefer: wait), by how the wait ended', ['route', 'outcome']);
+  // Many `timer` wakeups that then settle mean notifications go missing: the fallback does the work.
+  const wakeups = metrics?.counter('http_long_poll_wakeups_total', 'Waiting requests woken to look again, by a signal or by the re-check timer', ['route', 'cause']);
+  const deadline = Date.now() + waitMs;
+  const end = (result: T, outcome: LongPollOutcome) => {
+    ended?.inc({ route, outcome });
+    return result;
+  };
+  for (;;) {
+    const subscription = signals.subscribe(taskId);
+    try {
+      const result = await attempt();
+      if (settled(result)) return end(result, LongPollOutcome.settled);
+      const left = deadline - Date.now();
+      if (left <= 0) return end(result, LongPollOutcome.timedOut);
+      if (signals.closed || abort?.aborted) return end(result, LongPollOutcome.abandoned);
+      waitingNow?.inc({ route });
+      try {
+        const heard = await subscription.wait(Math.min(recheckMs, left), abort);
+        // Nobody is left to answer: another attempt could only apply a command no one hears of.
+        if (abort?.aborted) return end(result, LongPollOutcome.abandoned);
+        wakeups?.inc({ route, cause: heard ? 'signal' : 'timer' });
+      } finally {
+        waitingNow?.dec({ route });
+      }
+    } finally {
+      subscription.cancel();
+    }
+  }
+}
+
+/**
+ * For a command whose "not yet" answer is a thrown HttpError with one of `notYet` codes: runs
+ * `attempt` (one complete `request.idempotent` call, which sends the reply only when it returns)
+ * again until it answers anything else or the wait is over, then rethrows the last "not yet".
+ * A thrown rejection stored nothing and freed the Idempotency-Key, so the next attempt is a fresh
+ * run of the same request, and the reply is sent exactly once.
+ */
+export async function retryWhileNotYet<T>(options: Omit<AwaitTaskOptions<T>, 'settled' | 'attempt'> & { readonly notYet: readonly string[]; readonly attempt: () => Promise<T> }): Promise<T> {
+  const { notYet, attempt, ...rest } = options;
+  const outcome = await awaitTask<{ readonly value: T } | { readonly notYet: HttpError }>({
+    ...rest,
+    attempt: () =>
+      attempt().then(
+        (value) => ({ value }),
+        (error: unknown) => {
+          if (error instanceof HttpError && notYet.includes(error.code)) return { notYet: error };
+          throw error;
+        },
+      ),
+    settled: (o) => 'value' in o,
+  });
+  if ('notYet' in outcome) throw outcome.notYet;
+  return outcome.value;
+}
