@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createTestDatabase, uniqueName } from '@labelflow/testing';
 import { createPool, isTransientDbError, withTransaction, type Pool } from './db';
@@ -6,10 +7,12 @@ const infra = inject('infra');
 
 describe('the service pool', () => {
   let pool: Pool;
+  let poolUrl: string;
   let drop: () => Promise<void>;
   beforeAll(async () => {
     const db = await createTestDatabase(infra.pgUrl, uniqueName('pool'));
     drop = db.drop;
+    poolUrl = db.url;
     pool = createPool(db.url, 2);
   });
   afterAll(async () => {
@@ -20,6 +23,27 @@ describe('the service pool', () => {
   it('refuses a second connection inside a transaction, so pool starvation shows in every test and not only under load', async () => {
     await expect(withTransaction(pool, async () => pool.query('SELECT 1'))).rejects.toThrow(/inside a transaction/);
     await expect(withTransaction(pool, async (tx) => (await tx.query<{ one: number }>('SELECT 1 AS one')).rows[0]?.one)).resolves.toBe(1);
+  });
+
+  it('survives the database dropping the connection of an open transaction: the transaction fails as transient and the pool serves again', async () => {
+    const admin = new pg.Client({ connectionString: poolUrl });
+    await admin.connect();
+    try {
+      const failed = await withTransaction(pool, async (tx) => {
+        const pid = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+        await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+        // pg emits 'error' on this checked-out client as its socket ends; unheard, it kills the process.
+        await new Promise<void>((resolve) => tx.once('end', () => resolve()));
+        return tx.query('SELECT 1');
+      }).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(isTransientDbError(failed)).toBe(true);
+      expect((await pool.query<{ three: number }>('SELECT 3 AS three')).rows[0]?.three).toBe(3);
+    } finally {
+      await admin.end();
+    }
   });
 
   it('still serves queries outside transactions, also right after one ended', async () => {

@@ -21,6 +21,10 @@ export function createPool(connectionString: string, max = 10): pg.Pool {
   const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis: 5_000 });
   // An idle client losing its server must not crash the process: the next query reconnects.
   pool.on('error', () => undefined);
+  // Nor may a checked-out one (pg-pool drops its idle listener on checkout, and pg emits 'error'
+  // when the socket ends: a restart, a failover, pg_terminate_backend). Its query in flight
+  // rejects with the cause, which is what the caller acts on.
+  pool.on('connect', (client) => client.on('error', () => undefined));
   const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
   pool.connect = ((...args: unknown[]) => {
     if (inTransaction.getStore()) {
@@ -67,6 +71,7 @@ export const unnestColumns = (rows: readonly (readonly unknown[])[]): unknown[][
 /** Runs `fn` in one transaction; rolls back on any throw and rethrows. */
 export async function withTransaction<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
+  let failure: unknown;
   try {
     await client.query('BEGIN');
     const result = await asTransactionBody(() => fn(client));
@@ -74,9 +79,11 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) 
     return result;
   } catch (error) {
     await client.query('ROLLBACK').catch(() => undefined);
+    failure = error;
     throw error;
   } finally {
-    client.release();
+    // A client whose connection broke is discarded, not handed to the next caller.
+    client.release(failure !== undefined && isTransientDbError(failure) ? (failure as Error) : undefined);
   }
 }
 
