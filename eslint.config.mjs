@@ -1,7 +1,7 @@
 import nx from '@nx/eslint-plugin';
 import tseslint from 'typescript-eslint';
 
-const infra = ['kafkajs', 'pg', 'ioredis', 'fastify', 'pino', 'prom-client', '@opentelemetry/*', 'bloom-filters', 'testcontainers', '@testcontainers/*'];
+const infra = ['kafkajs', 'pg', 'ioredis', 'fastify', 'pino', 'prom-client', '@opentelemetry/*', 'testcontainers', '@testcontainers/*'];
 
 const boundaries = (extraForLibs) => [
   'error',

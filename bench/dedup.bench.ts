@@ -14,13 +14,12 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import bloom from 'bloom-filters';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { createClient } from '@redis/client';
 import { IdempotencyConfig, makeIdempotent } from '@aws-lambda-powertools/idempotency';
 import { CachePersistenceLayer } from '@aws-lambda-powertools/idempotency/cache';
-import { createRedisTier, DedupConfigShape, formatKey, inboxMigrationSql, RecentKeys, recordInInbox, recordManyInInbox, RedisVerdict, type DedupKey, type InboxEntry } from '@labelflow/dedup';
+import { BloomFilter, createRedisTier, DedupConfigShape, formatKey, inboxMigrationSql, RecentKeys, recordInInbox, recordManyInInbox, RedisVerdict, type DedupKey, type InboxEntry } from '@labelflow/dedup';
 
 const { values: args } = parseArgs({
   options: {
@@ -276,12 +275,12 @@ async function main(): Promise<number> {
   // The probe keys below, and one pass of the hashing code over them on a small filter, come before
   // the baseline so that neither the keys nor V8's code and heap growth are counted as the filter's.
   const probe = Array.from({ length: 5_000 }, () => formatKey({ taskId: randomUUID(), eventType: EVENT_TYPE, attempt: 1 }));
-  const jitWarm = bloom.BloomFilter.create(probe.length, bloomErrorRate);
+  const jitWarm = new BloomFilter(probe.length, bloomErrorRate);
   for (const id of probe) jitWarm.add(id);
   const m0 = memory();
   const recent = new RecentKeys({ capacity: bloomCapacity, errorRate: bloomErrorRate });
   const m1 = memory();
-  const secondGeneration = bloom.BloomFilter.create(bloomCapacity, bloomErrorRate);
+  const secondGeneration = new BloomFilter(bloomCapacity, bloomErrorRate);
   const m2 = memory();
   // The bit arrays are zero-filled lazily by the OS: RSS grows as bits get set, not at allocation.
   // A few thousand adds (7 bits each, spread at random) touch every page of both generations.
@@ -307,8 +306,8 @@ async function main(): Promise<number> {
   } = {
     capacity: bloomCapacity,
     errorRate: bloomErrorRate,
-    bits: secondGeneration._size,
-    hashes: secondGeneration._nbHashes,
+    bits: secondGeneration.bits,
+    hashes: secondGeneration.hashes,
     oneGeneration: delta(m0, m1),
     twoGenerations: delta(m0, m2),
     pagesTouched: { keysAddedPerGeneration: probe.length, ...delta(m0, m3) },

@@ -8,4 +8,6 @@ export const billingService: ServiceDefinition<BillingSvcConfig> = {
   name: 'billing-svc',
   migrations,
   capabilities: [projectsCapability, billingCapability],
+  // Every event billing-svc consumes debits, credits or refunds: Redis alone never skips one.
+  confirmDedupInInbox: true,
 };

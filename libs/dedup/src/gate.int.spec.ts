@@ -79,6 +79,25 @@ describe('the dedup gate on a real Redis that fails', () => {
     expect(await b.check([k])).toEqual([{ kind: 'duplicate', tier: 'redis' }]);
   });
 
+  it('does not skip a money-moving event on a done marker planted in Redis: the inbox must hold the key', async () => {
+    const redis = await connect();
+    const namespace = uniqueName('planted');
+    const metrics = createMetrics({ service: 'dedup-test', defaults: false });
+    const gate = createDedupGate({
+      redis, inbox: inboxReader(pool), namespace, doneTtlMs: 60_000, redisTimeoutMs: 200,
+      breaker: { failureThreshold: 2, openMs: 300 }, bloom: { capacity: 1_000, errorRate: 0.01 }, warmWindowMs: 0, logger, metrics,
+      confirmDone: (k) => k.eventType === 'BillingRefunded',
+    });
+    const [planted, trusted, real] = [{ ...key(), eventType: 'BillingRefunded' }, key(), { ...key(), eventType: 'BillingRefunded' }];
+    await commit(real);
+    // Someone with write access to Redis marks keys done that never committed (and one that did).
+    await redis.set(`${namespace}:${planted.taskId}:BillingRefunded:1`, 'done');
+    await redis.set(`${namespace}:${trusted.taskId}:LabelSubmitted:1`, 'done');
+    await gate.committed([real]);
+    expect(await gate.check([planted, trusted, real])).toEqual([{ kind: 'proceed' }, { kind: 'duplicate', tier: 'redis' }, { kind: 'duplicate', tier: 'redis' }]);
+    expect(await metrics.render()).toMatch(/dedup_redis_unconfirmed_total\{service="dedup-test"\} 1/);
+  });
+
   it('reloads its Lua script after Redis forgets it (NOSCRIPT) and keeps answering', async () => {
     const metrics = createMetrics({ service: 'dedup-test', defaults: false });
     const { gate, redis } = await newGate({ metrics });

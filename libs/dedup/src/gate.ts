@@ -40,6 +40,12 @@ export interface DedupGateOptions {
   readonly metrics?: Metrics;
   /** The breaker's clock (epoch ms); tests inject one. */
   readonly now?: () => number;
+  /**
+   * Keys whose "done" in Redis is confirmed against the inbox before the event is skipped (one
+   * query per batch). For effects that move money: whoever can write Redis could otherwise make
+   * the consumer skip a refund by planting a marker. Default: none, Redis is trusted.
+   */
+  readonly confirmDone?: (key: DedupKey) => boolean;
 }
 
 /**
@@ -56,6 +62,7 @@ export function createDedupGate(options: DedupGateOptions): DedupGate {
   const redisErrors = metrics?.counter('dedup_redis_errors_total', 'Redis tier failures (errors and timeouts)', ['op']);
   const breakerGauge = metrics?.gauge('dedup_breaker_open', 'Redis breaker: 0 closed, 0.5 half-open, 1 open');
   const transitions = metrics?.counter('dedup_breaker_transitions_total', 'Redis breaker transitions', ['to']);
+  const unconfirmed = metrics?.counter('dedup_redis_unconfirmed_total', 'Keys Redis called done that the inbox does not hold: processed, not skipped', []);
   const scriptLoads = metrics?.counter('dedup_script_loads_total', 'Lua scripts loaded into Redis (first use or NOSCRIPT)', ['script']);
   breakerGauge?.set(0);
 
@@ -134,7 +141,19 @@ export function createDedupGate(options: DedupGateOptions): DedupGate {
       const answer = await viaRedis('check', () => tier.check(keys.map(redisKey)));
       if (!answer.ok) return viaBloom(keys);
       tierChecks?.inc({ tier: 'redis' }, keys.length);
-      return answer.value.map((code): Verdict => (code === RedisVerdict.done ? { kind: 'duplicate', tier: 'redis' } : { kind: 'proceed' }));
+      const verdicts = answer.value.map((code): Verdict => (code === RedisVerdict.done ? { kind: 'duplicate', tier: 'redis' } : { kind: 'proceed' }));
+      const confirm = options.confirmDone;
+      if (!confirm) return verdicts;
+      const toConfirm = keys.filter((k, i) => verdicts[i]!.kind === 'duplicate' && confirm(k));
+      if (toConfirm.length === 0) return verdicts;
+      const held = await findInInbox(inbox, toConfirm);
+      return verdicts.map((v, i) => {
+        const k = keys[i]!;
+        if (v.kind !== 'duplicate' || !confirm(k) || held.has(formatKey(k))) return v;
+        unconfirmed?.inc();
+        log.warn({ key: formatKey(k) }, 'redis says done but the inbox does not hold the key: processing it');
+        return { kind: 'proceed' };
+      });
     },
     // A call with no keys never reaches Redis, so it must not count as a success for the breaker:
     // an empty call after a batch of duplicates would otherwise reset its failure count each time.

@@ -139,6 +139,13 @@ const asStored = (result: IdempotentResult): StoredResponse => {
 
 const isLockTimeout = (error: unknown) => (error as { code?: string }).code === '55P03';
 
+/** The claim waited out its lock timeout: another request holds the key. */
+class ClaimTimedOut extends Error {
+  constructor(cause: unknown) {
+    super('the idempotency key stayed locked by another request', { cause });
+  }
+}
+
 async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): Promise<void> {
   validate(options);
   const { pool, namespace, logger } = options;
@@ -199,7 +206,9 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
   async function execute(command: IdempotentCommand, key: string | undefined, claim?: (tx: pg.PoolClient) => Promise<IdempotencyRecord | undefined>): Promise<Executed> {
     const client = await pool.connect();
     try {
-      await client.query('BEGIN');
+      // One round trip: the lock timeout bounds the wait for another request holding the same key
+      // (and, as a safety net, any lock the command waits for: it then fails as transient, 503).
+      await client.query(claim ? `BEGIN; SET LOCAL lock_timeout = ${lockMs}` : 'BEGIN');
       const existing = claim ? await claim(client) : undefined;
       if (existing) {
         await client.query('ROLLBACK');
@@ -285,14 +294,16 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     let run: Executed;
     try {
       run = await execute(command, key, async (tx) => {
-        await tx.query(`SET LOCAL lock_timeout = ${lockMs}`);
-        const claim = await claimIdempotencyKey(tx, { scope, key, fingerprint, now: new Date(createdAt), expiresAt });
-        await tx.query('SET LOCAL lock_timeout TO DEFAULT');
-        return claim.claimed ? undefined : claim.record;
+        try {
+          const claim = await claimIdempotencyKey(tx, { scope, key, fingerprint, now: new Date(createdAt), expiresAt });
+          return claim.claimed ? undefined : claim.record;
+        } catch (error) {
+          throw isLockTimeout(error) ? new ClaimTimedOut(error) : error;
+        }
       });
     } catch (error) {
       await releaseLock();
-      if (isLockTimeout(error)) {
+      if (error instanceof ClaimTimedOut) {
         count(IdempotencyOutcome.inFlight);
         return sendProblem(reply, IdempotencyErrors.KEY_IN_FLIGHT, `a request with Idempotency-Key ${key} is still being processed; retry later with the same key`);
       }

@@ -62,24 +62,26 @@ const toRecord = (row: Row): IdempotencyRecord | undefined => {
 export type Claim = { readonly claimed: true } | { readonly claimed: false; readonly record: IdempotencyRecord };
 
 /**
- * Claims (scope, key) inside the caller's transaction. An expired record is deleted first and
- * counts as absent. The INSERT … ON CONFLICT DO NOTHING waits for a concurrent transaction that
- * inserted the same key: if that one commits, this returns its record; if it rolls back, this one
- * claims the key. Run with a `lock_timeout` so a long-running owner turns into a lock error.
+ * Claims (scope, key) inside the caller's transaction, in one statement: a new key is inserted, an
+ * expired record is taken over as if absent. The INSERT … ON CONFLICT waits for a concurrent
+ * transaction that inserted the same key: if that one commits, this returns its record; if it
+ * rolls back, this one claims the key. Run with a `lock_timeout` so a long-running owner turns into
+ * a lock error.
  */
 export async function claimIdempotencyKey(
   tx: Queryable,
   entry: { scope: string; key: string; fingerprint: string; now: Date; expiresAt: Date },
 ): Promise<Claim> {
-  await tx.query('DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at <= $3', [entry.scope, entry.key, entry.now]);
   // A record can vanish between the INSERT and the SELECT (expired and pruned): claim again.
   for (let attempt = 0; attempt < 3; attempt++) {
-    const inserted = await tx.query(
-      `INSERT INTO idempotency_keys (scope, key, fingerprint, created_at, expires_at)
-       VALUES ($1, $2, $3, $4, $5) ON CONFLICT (scope, key) DO NOTHING`,
+    const claimed = await tx.query(
+      `INSERT INTO idempotency_keys (scope, key, fingerprint, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)
+       ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status_code = NULL, response = NULL,
+         created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+       WHERE idempotency_keys.expires_at <= EXCLUDED.created_at`,
       [entry.scope, entry.key, entry.fingerprint, entry.now, entry.expiresAt],
     );
-    if (inserted.rowCount === 1) return { claimed: true };
+    if (claimed.rowCount === 1) return { claimed: true };
     const found = await tx.query<Row>('SELECT fingerprint, status_code, response, expires_at FROM idempotency_keys WHERE scope = $1 AND key = $2', [entry.scope, entry.key]);
     const record = found.rows[0] && toRecord(found.rows[0]);
     if (record) return { claimed: false, record };

@@ -16,17 +16,26 @@ export interface OutboxMessage {
  */
 export async function enqueue(tx: Queryable, channel: string, messages: readonly OutboxMessage[]): Promise<void> {
   if (messages.length === 0) return;
-  const values: unknown[] = [];
-  const rows = messages.map((m, i) => {
-    values.push(m.eventId, m.topic, m.key, m.eventType, JSON.stringify(m.payload), JSON.stringify(m.headers ?? {}));
-    const b = i * 6;
-    return `($${b + 1}, $${b + 2}, $${b + 3}, $${b + 4}, $${b + 5}::jsonb, $${b + 6}::jsonb)`;
-  });
-  values.push(channel);
-  // One round trip: the rows and the wake-up travel in one statement (a CTE that writes always runs).
+  // One round trip with a fixed number of parameters, whatever the batch: the rows travel as
+  // arrays (a row per parameter would hit PostgreSQL's 65,535-parameter limit on a large batch)
+  // and the wake-up rides in the same statement (a CTE that writes always runs). Rows keep their
+  // order, so ids follow it.
   await tx.query(
-    `WITH appended AS (INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers) VALUES ${rows.join(', ')} RETURNING 1)
-     SELECT pg_notify($${values.length}, '')`,
-    values,
+    `WITH appended AS (
+       INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers)
+       SELECT event_id, topic, message_key, event_type, payload, headers
+       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[]) WITH ORDINALITY AS m(event_id, topic, message_key, event_type, payload, headers, n)
+       ORDER BY n
+       RETURNING 1)
+     SELECT pg_notify($7, '')`,
+    [
+      messages.map((m) => m.eventId),
+      messages.map((m) => m.topic),
+      messages.map((m) => m.key),
+      messages.map((m) => m.eventType),
+      messages.map((m) => JSON.stringify(m.payload)),
+      messages.map((m) => JSON.stringify(m.headers ?? {})),
+      channel,
+    ],
   );
 }

@@ -90,9 +90,10 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) 
 /**
  * SQLSTATEs where the database, not the statement, is the problem: the same work succeeds once it
  * recovers. Classes 08 (connection), 53 (insufficient resources: disk full, out of memory, too
- * many connections) and 58 (system I/O), plus serialization failures and operator intervention.
+ * many connections) and 58 (system I/O), plus serialization failures, deadlocks, a lock timeout and
+ * operator intervention.
  */
-const TRANSIENT_SQLSTATE = /^(08|53|58)...$|^(40001|40P01|57P01|57P02|57P03|57P05)$/;
+const TRANSIENT_SQLSTATE = /^(08|53|58)...$|^(40001|40P01|55P03|57P01|57P02|57P03|57P05)$/;
 /** Node's network errors, by code: a database host that is restarting or briefly unresolvable (a compose service being recreated) is not a bad message. */
 const TRANSIENT_NET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED']);
 

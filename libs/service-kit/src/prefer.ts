@@ -8,7 +8,7 @@ export const PREFERENCE_APPLIED_HEADER = 'preference-applied';
 /** The longest `Prefer: wait` honoured: a longer one is cut to this (and says so in Preference-Applied). */
 export const MAX_PREFER_WAIT_S = 30;
 /** How often a waiting request looks again without a signal, in case a notification was lost. */
-export const RECHECK_MS = 1_000;
+export const RECHECK_MS = 5_000;
 
 /** Splits at `separator` outside quoted strings (RFC 9110 quoted-string, with backslash escapes). */
 function splitOutsideQuotes(text: string, separator: string): string[] {

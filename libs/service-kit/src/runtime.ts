@@ -46,6 +46,12 @@ export interface ServiceDefinition<C extends BaseConfig = BaseConfig> {
   readonly name: ServiceName;
   readonly migrations: readonly Migration[];
   readonly capabilities: readonly Capability<C>[];
+  /**
+   * Confirm Redis's "already done" against the inbox before skipping an event (one query per
+   * batch): for services whose every effect moves money, so a marker planted in Redis cannot make
+   * them skip a debit or a refund.
+   */
+  readonly confirmDedupInInbox?: boolean;
 }
 
 export interface RunningService {
@@ -151,6 +157,7 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
     breaker: { failureThreshold: config.DEDUP_BREAKER_FAILURES, openMs: config.DEDUP_BREAKER_OPEN_MS },
     bloom: { capacity: config.DEDUP_BLOOM_CAPACITY, errorRate: config.DEDUP_BLOOM_ERROR_RATE },
     warmWindowMs: config.DEDUP_REDIS_TTL_MS,
+    ...(definition.confirmDedupInInbox ? { confirmDone: () => true } : {}),
     logger,
     metrics,
   });

@@ -21,7 +21,10 @@ export function currentTraceHeaders(ctx: Context = context.active()): TraceHeade
   return carrier;
 }
 
-const tracer = () => trace.getTracer('labelflow');
+// Looked up once per process: every consumed event opens a span, and the global API checks version
+// compatibility on each lookup. The proxy it returns follows an SDK registered later.
+let labelflowTracer: ReturnType<typeof trace.getTracer> | undefined;
+const tracer = () => (labelflowTracer ??= trace.getTracer('labelflow'));
 
 export const SpanKinds = { consumer: SpanKind.CONSUMER, server: SpanKind.SERVER, internal: SpanKind.INTERNAL } as const;
 
