@@ -110,6 +110,35 @@ describe('the assignment lease', () => {
   });
 });
 
+describe('the assignment lease after task-svc was down', () => {
+  const infra = inject('infra');
+  let stack: TestStack;
+  const env = { ASSIGNMENT_LEASE_MS: '4000', ASSIGNMENT_LEASE_GRACE_MS: '0', SWEEP_INTERVAL_MS: '100' };
+  beforeAll(async () => {
+    stack = await startStack(infra, { 'task-svc': env });
+  });
+  afterAll(async () => stack?.stop());
+
+  it('does not reopen a task whose labels were submitted in time but are still unread when it restarts past the lease', async () => {
+    const projectId = await createProject(stack, 1_000, 100);
+    const taskId = await createTask(stack, projectId);
+    await claim(stack, taskId, 'ann-in-time');
+    await eventually(async () => expect((await stack.http('label-svc').get<{ assignment: { annotatorId: string } | null }>(`/tasks/${taskId}/labels`)).body.assignment?.annotatorId).toBe('ann-in-time'));
+    await stack.processes['task-svc'].kill();
+    // Within the lease: label-svc accepts, and LabelSubmitted waits in Kafka for task-svc.
+    await submitLabels(stack, taskId, 'ann-in-time');
+    const lease = (await rows<{ lease_expires_at: Date }>(stack, 'task-svc', 'SELECT lease_expires_at FROM tasks WHERE task_id = $1', [taskId]))[0]?.lease_expires_at;
+    await eventually(async () => expect((await rows<{ past: boolean }>(stack, 'task-svc', 'SELECT now() > $1::timestamptz AS past', [lease]))[0]?.past).toBe(true), { timeoutMs: 10_000 });
+    await stack.start('task-svc', env);
+
+    await stack.quiesce();
+    expect(await task(stack, taskId)).toMatchObject({ attempt: 1, status: 'in_review' });
+    const reopened = await rows<{ n: string }>(stack, 'task-svc', `SELECT count(*) AS n FROM outbox WHERE event_type = 'TaskReopened' AND message_key = $1`, [taskId]);
+    expect(Number(reopened[0]?.n)).toBe(0);
+    await expectAuditClean(stack, infra.kafkaBrokers);
+  });
+});
+
 describe('the review deadline', () => {
   const infra = inject('infra');
   let stack: TestStack;

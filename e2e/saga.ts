@@ -22,6 +22,23 @@ export async function claim(stack: TestStack, taskId: string, annotatorId: strin
   expect(res.status, JSON.stringify(res.body)).toBe(200);
 }
 
+/**
+ * Sends a command that may be answered "not yet" (its precondition travels through Kafka) with
+ * `Prefer: wait`, so the service answers once it arrives. Only that documented answer is retried;
+ * anything else that is not `ok`, a 5xx above all, fails the test at once.
+ */
+async function untilAccepted(send: () => Promise<{ status: number; body: unknown }>, ok: number, notYet: { status: number; code: string }): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const res = await send();
+    if (res.status === ok) return;
+    const code = (res.body as { error?: { code?: string } } | undefined)?.error?.code;
+    if (res.status !== notYet.status || code !== notYet.code || Date.now() > deadline) throw new Error(`answered ${res.status}: ${JSON.stringify(res.body)}`);
+  }
+}
+
+const wait = { prefer: 'wait=20' };
+
 /** label-svc learns the assignment from Kafka; until it has, it answers 409 ASSIGNMENT_UNKNOWN. */
 export async function submitLabels(
   stack: TestStack,
@@ -30,18 +47,16 @@ export async function submitLabels(
   body: Record<string, unknown> = { annotatorId, annotations: [{ label: 'cat', confidence: 0.9 }] },
   headers: Record<string, string> = {},
 ): Promise<void> {
-  await eventually(async () => {
-    const res = await stack.http('label-svc').post(`/tasks/${taskId}/labels`, body, headers);
-    if (res.status !== 201) throw new Error(`labels answered ${res.status}: ${JSON.stringify(res.body)}`);
-  });
+  await untilAccepted(() => stack.http('label-svc').post(`/tasks/${taskId}/labels`, body, { ...wait, ...headers }), 201, { status: 409, code: 'ASSIGNMENT_UNKNOWN' });
 }
 
-/** qa-svc opens the review when LabelSubmitted arrives; until then it answers 404. */
+/** qa-svc opens the review when LabelSubmitted arrives; until then it answers 404 REVIEW_NOT_FOUND. */
 export async function review(stack: TestStack, taskId: string, decision: 'approve' | 'reject', reason?: string): Promise<void> {
-  await eventually(async () => {
-    const res = await stack.http('qa-svc').post(`/reviews/${taskId}`, { reviewerId: 'reviewer-1', decision, ...(reason ? { reason } : {}) });
-    if (res.status !== 200) throw new Error(`review answered ${res.status}: ${JSON.stringify(res.body)}`);
-  });
+  await untilAccepted(
+    () => stack.http('qa-svc').post(`/reviews/${taskId}`, { reviewerId: 'reviewer-1', decision, ...(reason ? { reason } : {}) }, wait),
+    200,
+    { status: 404, code: 'REVIEW_NOT_FOUND' },
+  );
 }
 
 export async function taskStatus(stack: TestStack, taskId: string): Promise<string> {

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import { createLogger, createMetrics } from '@labelflow/telemetry';
-import { eventually, produceRaw, produceWithJavaClient, readTopic, uniqueName } from '@labelflow/testing';
+import { eventually, metricValue, produceRaw, produceWithJavaClient, readTopic, uniqueName } from '@labelflow/testing';
 import { createConsumerLoop, createKafka, ensureTopics, type ConsumerLoop } from './index';
 
 const infra = inject('infra');
@@ -35,6 +35,7 @@ describe('the consumer loop', () => {
     runs?: number[][];
     handles?: (type: string) => boolean;
     isRetriable?: (e: unknown) => boolean;
+    progressEveryMs?: number;
   }) => {
     const metrics = createMetrics({ service: 'consumer-test', defaults: false });
     const loop = createConsumerLoop<Msg>({
@@ -47,6 +48,7 @@ describe('the consumer loop', () => {
       sessionTimeoutMs: 6_000,
       retry: { initialMs: 20, maxMs: 100, maxAttempts: 3 },
       ...(opts.isRetriable ? { isRetriable: opts.isRetriable } : {}),
+      ...(opts.progressEveryMs ? { progressEveryMs: opts.progressEveryMs } : {}),
       processor: {
         handles: opts.handles ?? (() => true),
         async process(run) {
@@ -224,5 +226,30 @@ describe('the consumer loop', () => {
     // Skipped, not read: garbage behind a header this service ignores is neither invalid nor dead-lettered.
     expect(rendered).not.toMatch(/consumer_dead_lettered_total\{/);
     expect(rendered).not.toMatch(/outcome="invalid"/);
+  });
+
+  it('reports how far the group has caught up: never past a message still unprocessed, and past it once committed', async () => {
+    const t = await setup();
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const applied: number[] = [];
+    const { loop, metrics } = await start({ ...t, applied, progressEveryMs: 100, check: async (m) => (m.n === 2 ? held : undefined) });
+    const probes = async () => metricValue(await metrics.render(), 'consumer_progress_probes_total', { result: 'ok' });
+    try {
+      await send(t.topic, [1]);
+      await eventually(() => expect(applied).toEqual([1]));
+      const beforeSend = Date.now();
+      await send(t.topic, [2, 3]);
+      // Five probes later, message 2 is still held: the group may not claim to be past its production.
+      const probed = await probes();
+      await eventually(async () => expect(await probes()).toBeGreaterThanOrEqual(probed + 5));
+      expect(loop.caughtUpTo()).toBeDefined();
+      expect(loop.caughtUpTo()!).toBeLessThan(beforeSend + 1);
+    } finally {
+      release();
+    }
+    const afterSend = Date.now();
+    await eventually(() => expect(loop.caughtUpTo()!).toBeGreaterThan(afterSend));
+    expect(applied).toEqual([1, 2, 3]);
   });
 });

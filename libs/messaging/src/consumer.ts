@@ -68,12 +68,21 @@ export interface ConsumerLoopOptions<E> {
   readonly sessionTimeoutMs?: number;
   /** Upper bound of a fetch per partition; a batch is at most what one fetch returns. */
   readonly maxBytesPerPartition?: number;
+  /** How often the group's progress is compared with the topics' high watermarks (`caughtUpTo`). */
+  readonly progressEveryMs?: number;
 }
 
 export interface ConsumerLoop {
   start(): Promise<void>;
   close(): Promise<void>;
   readonly consumer: Consumer;
+  /**
+   * The latest instant (epoch ms) before which every message on the bound topics has been
+   * consumed and committed by the whole group; undefined until that is known. A deadline that is
+   * due at T may be judged only once this reaches T: the events produced before T are then in the
+   * state it reads.
+   */
+  caughtUpTo(): number | undefined;
 }
 
 const TRANSIENT_TRIES_BEFORE_SPLIT = 3;
@@ -304,9 +313,54 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     await payload.commitOffsetsIfNecessary();
   }
 
+  // Progress probes: the topics' high watermarks taken at an instant, then compared with the
+  // group's committed offsets until the group has passed them. The newest probe it passed is how
+  // far the group has caught up: everything produced before that instant was consumed.
+  const admin = kafka.admin();
+  const probes: { readonly at: number; readonly highs: ReadonlyMap<string, number> }[] = [];
+  let caughtUp: number | undefined;
+  let progressTimer: NodeJS.Timeout | undefined;
+  const caughtUpGauge = metrics?.gauge('consumer_caught_up_timestamp_seconds', 'Everything produced before this instant was consumed by the group');
+  const probeRuns = metrics?.counter('consumer_progress_probes_total', 'Comparisons of the group\'s committed offsets with the high watermarks, by result', ['result']);
+  async function probeProgress(): Promise<void> {
+    const at = Date.now();
+    const highs = new Map<string, number>();
+    for (const { topic } of bindings) {
+      for (const p of await admin.fetchTopicOffsets(topic)) highs.set(`${topic}/${p.partition}`, Number(p.high));
+    }
+    probes.push({ at, highs });
+    const committed = new Map<string, number>();
+    for (const t of await admin.fetchOffsets({ groupId, topics: bindings.map((b) => b.topic) })) {
+      for (const p of t.partitions) committed.set(`${t.topic}/${p.partition}`, Number(p.offset));
+    }
+    while (probes.length > 0 && [...probes[0]!.highs].every(([tp, high]) => high <= 0 || (committed.get(tp) ?? -1) >= high)) {
+      caughtUp = probes.shift()!.at;
+      caughtUpGauge?.set(caughtUp / 1000);
+    }
+    // Bounded: a group far behind keeps only the newest probes, and catches up to those.
+    if (probes.length > 120) probes.splice(0, probes.length - 120);
+  }
+  function scheduleProgress(): void {
+    progressTimer = setTimeout(() => {
+      probeProgress()
+        .then(() => probeRuns?.inc({ result: 'ok' }))
+        .catch((error: Error) => {
+          probeRuns?.inc({ result: 'failed' });
+          log.debug({ err: error }, 'progress probe failed; trying again');
+        })
+        .finally(() => {
+          if (progressTimer) scheduleProgress();
+        });
+    }, options.progressEveryMs ?? 1_000);
+    progressTimer.unref();
+  }
+
   return {
     consumer,
+    caughtUpTo: () => caughtUp,
     async start() {
+      await admin.connect();
+      scheduleProgress();
       await dlqProducer.connect();
       await consumer.connect();
       for (const { topic } of bindings) await consumer.subscribe({ topic, fromBeginning: true });
@@ -319,8 +373,11 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
       });
     },
     async close() {
+      clearTimeout(progressTimer);
+      progressTimer = undefined;
       await consumer.disconnect();
       await dlqProducer.disconnect();
+      await admin.disconnect();
     },
   };
 }

@@ -169,11 +169,6 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
     if (pruned > 0) logger.info({ pruned }, 'old inbox rows pruned');
   }, logger);
 
-  for (const capability of definition.capabilities) {
-    for (const sweeper of capability.sweepers?.(ctx) ?? []) {
-      startSweeper(sweeper, { pool, emit: ctx.emit, logger, metrics, now: ctx.now, everyMs: config.SWEEP_INTERVAL_MS }, lifecycle);
-    }
-  }
 
   const consumers = definition.capabilities.flatMap((c) => (c.consumes ? [c.consumes] : []));
   const processor = createExactlyOnce({ pool, gate, consumers, ctx, emitMany: emitter.emitMany, onApplied: (tx, taskIds) => signals.publish(tx, taskIds) });
@@ -192,6 +187,13 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
   });
   lifecycle.add({ name: 'consumer', close: () => consumer.close() });
   if (consumedTopics.length > 0) await consumer.start();
+  // After the consumer: deadlines are judged only on events it has caught up with.
+  const caughtUpTo = consumedTopics.length > 0 ? () => consumer.caughtUpTo() : undefined;
+  for (const capability of definition.capabilities) {
+    for (const sweeper of capability.sweepers?.(ctx) ?? []) {
+      startSweeper(sweeper, { pool, emit: ctx.emit, logger, metrics, now: ctx.now, ...(caughtUpTo ? { caughtUpTo } : {}), everyMs: config.SWEEP_INTERVAL_MS }, lifecycle);
+    }
+  }
 
   const http = createHttpApp({
     logger,

@@ -23,8 +23,24 @@ export interface SweeperDeps {
   readonly logger: Logger;
   readonly metrics?: Metrics;
   readonly now: () => Date;
+  /**
+   * How far the service's consumer has caught up (see ConsumerLoop.caughtUpTo); undefined while
+   * unknown. A deadline is judged against a clock that never runs ahead of it: a task whose
+   * LabelSubmitted is still waiting unread in Kafka is not reopened as if its annotator had
+   * never submitted. Absent for a service that consumes nothing.
+   */
+  readonly caughtUpTo?: () => number | undefined;
   readonly everyMs: number;
   readonly batchSize?: number;
+}
+
+/** The sweep's clock: now, held back to where the consumer has caught up; undefined means wait. */
+export function sweepClock(deps: Pick<SweeperDeps, 'now' | 'caughtUpTo'>): Date | undefined {
+  const now = deps.now();
+  if (!deps.caughtUpTo) return now;
+  const caughtUp = deps.caughtUpTo();
+  if (caughtUp === undefined) return undefined;
+  return caughtUp < now.getTime() ? new Date(caughtUp) : now;
 }
 
 /** Sweeps once: fires everything due now, batch by batch. Returns how many keys fired. */
@@ -32,8 +48,9 @@ export async function sweepOnce(sweeper: Sweeper, deps: SweeperDeps): Promise<nu
   const batchSize = deps.batchSize ?? 100;
   let total = 0;
   for (;;) {
+    const now = sweepClock(deps);
+    if (!now) return total;
     const fired = await withTransaction(deps.pool, async (tx) => {
-      const now = deps.now();
       const keys = await sweeper.claimDue(tx, batchSize, now);
       for (const key of keys) await deps.emit(tx, await sweeper.fire(tx, key, now), `deadline:${sweeper.name}:${key}`);
       return keys.length;
