@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { createLogger, createMetrics, type Metrics } from '@labelflow/telemetry';
-import { createTestDatabase, eventually, startPrivateRedis, uniqueName, type PrivateServer, createTestPool } from '@labelflow/testing';
+import { createMetrics, type Metrics } from '@labelflow/telemetry';
+import { captureLogs, createTestDatabase, eventually, startPrivateRedis, uniqueName, type PrivateServer, createTestPool } from '@labelflow/testing';
 import { BreakerState, createDedupGate, inboxMigrationSql, inboxReader, recordInInbox, type DedupKey } from './index';
 
 const infra = inject('infra');
-const logger = createLogger({ service: 'dedup-test', level: 'silent' });
+const logger = captureLogs({ service: 'dedup-test' }).logger;
 
 describe('the dedup gate on a real Redis that fails', () => {
   let redisServer: PrivateServer;

@@ -1,9 +1,9 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Redis } from 'ioredis';
-import { createLogger } from '@labelflow/telemetry';
 import { BreakerState } from './breaker';
 import { createDedupGate } from './gate';
 import type { InboxReader } from './inbox';
+import { captureLogs } from '@labelflow/testing';
 
 /** Just enough of a Redis client for the gate: every call fails until `up` is set. */
 const fakeRedis = () => {
@@ -30,7 +30,7 @@ describe('the dedup gate breaker probe', () => {
       breaker: { failureThreshold: 1, openMs: 100 },
       bloom: { capacity: 100, errorRate: 0.01 },
       warmWindowMs: 0,
-      logger: createLogger({ service: 'test', level: 'silent' }),
+      logger: captureLogs({ service: 'test' }).logger,
       // The moment the breaker opens is stamped 1 ms after the timer's base (as libuv's cached
       // loop time lags Date.now()), so the first probe fires before the open period is over.
       now: () => Date.now() + clock.skew,

@@ -4,12 +4,12 @@ import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import Fastify, { type FastifyError } from 'fastify';
-import { createLogger, createMetrics, type Metrics } from '@labelflow/telemetry';
-import { createTestDatabase, deleteRedisKeys, eventually, httpClient, metricValue, startPrivateRedis, uniqueName, type HttpClient, type PrivateServer, createTestPool } from '@labelflow/testing';
+import { createMetrics, type Metrics } from '@labelflow/telemetry';
+import { captureLogs, createTestDatabase, deleteRedisKeys, eventually, httpClient, metricValue, startPrivateRedis, uniqueName, type HttpClient, type PrivateServer, createTestPool } from '@labelflow/testing';
 import { idempotencyMigrationSql, idempotencyPlugin, pruneIdempotencyKeys, type IdempotencyPluginOptions } from './index';
 
 const infra = inject('infra');
-const logger = createLogger({ service: 'idempotency-test', level: 'silent' });
+const logger = captureLogs({ service: 'idempotency-test' }).logger;
 
 interface Thing {
   readonly id: string;

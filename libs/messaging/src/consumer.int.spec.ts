@@ -1,11 +1,11 @@
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
-import { createLogger, createMetrics } from '@labelflow/telemetry';
-import { eventually, metricValue, produceRaw, produceWithJavaClient, readTopic, uniqueName } from '@labelflow/testing';
+import { createMetrics } from '@labelflow/telemetry';
+import { captureLogs, eventually, metricValue, produceRaw, produceWithJavaClient, readTopic, uniqueName } from '@labelflow/testing';
 import { createConsumerLoop, createKafka, ensureTopics, type ConsumerLoop } from './index';
 
 const infra = inject('infra');
-const logger = createLogger({ service: 'consumer-test', level: 'silent' });
+const logger = captureLogs({ service: 'consumer-test' }).logger;
 const kafka = createKafka({ brokers: infra.kafkaBrokers.split(','), clientId: 'consumer-test', logger });
 const Msg = z.object({ type: z.literal('Msg'), taskId: z.string(), n: z.number().int() });
 type Msg = z.infer<typeof Msg>;

@@ -55,14 +55,15 @@ describe('the service pool', () => {
 describe('isTransientDbError on errors from real servers', () => {
   const errorOf = async (url: string, sql: string) => {
     const pool = createPool(url, 1);
-    try {
-      await pool.query(sql);
-      throw new Error('the query was expected to fail');
-    } catch (error) {
-      return error;
-    } finally {
-      await pool.end();
-    }
+    // The sentinel is thrown outside the catch: a query that succeeds must fail the test, not be
+    // returned as if it were the error under test.
+    const outcome = await pool.query(sql).then(
+      () => ({ failed: false as const }),
+      (error: unknown) => ({ failed: true as const, error }),
+    );
+    await pool.end();
+    if (!outcome.failed) throw new Error(`the query was expected to fail: ${sql}`);
+    return outcome.error;
   };
 
   it('counts an unresolvable or refusing database host as transient, so consumers wait instead of dead-lettering', async () => {

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createLogger } from '@labelflow/telemetry';
 import { HttpError, ServiceKitError } from './errors';
 import { createHttpApp, parseInput } from './http';
+import { captureLogs } from '@labelflow/testing';
 
 const Body = z.object({ title: z.string().min(1), tags: z.array(z.string()), owner: z.object({ email: z.email() }) });
 
@@ -40,7 +40,7 @@ describe('service-kit: parseInput', () => {
 
 describe('createHttpApp shutdown', () => {
   it('closes promptly while a request is still running: its answer closes the keep-alive connection', async () => {
-    const app = createHttpApp({ logger: createLogger({ service: 'test', level: 'silent' }), readiness: {} });
+    const app = createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {} });
     let entered!: () => void;
     const inRoute = new Promise<void>((resolve) => (entered = resolve));
     let release!: () => void;
@@ -63,7 +63,7 @@ describe('createHttpApp shutdown', () => {
   });
 
   it('keeps connections alive while the server runs', async () => {
-    const app = createHttpApp({ logger: createLogger({ service: 'test', level: 'silent' }), readiness: {} });
+    const app = createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {} });
     const res = await app.inject({ url: '/healthz' });
     expect(res.headers.connection).not.toBe('close');
     await app.close();
@@ -72,7 +72,7 @@ describe('createHttpApp shutdown', () => {
 
 describe('createHttpApp errors', () => {
   it('answers 503 with the error code and Retry-After when a dependency is unavailable, 500 otherwise', async () => {
-    const app = createHttpApp({ logger: createLogger({ service: 'test', level: 'silent' }), readiness: {} });
+    const app = createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {} });
     app.get('/down', async () => {
       throw new ServiceKitError('ID_UNAVAILABLE', 'lease lost', { retriable: true });
     });
@@ -92,7 +92,7 @@ describe('createHttpApp errors', () => {
   });
 
   it('answers a malformed URL with the same JSON error shape as every other error', async () => {
-    const app = createHttpApp({ logger: createLogger({ service: 'test', level: 'silent' }), readiness: {} });
+    const app = createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {} });
     app.get('/tasks/:id', async () => ({ ok: true }));
     const res = await app.inject({ url: '/tasks/%E0%A4%A' });
     expect([res.statusCode, res.json().error.code]).toEqual([400, 'BAD_REQUEST']);
@@ -100,7 +100,7 @@ describe('createHttpApp errors', () => {
   });
 
   it('refuses malformed caller headers with 400 CALLER_INVALID before the route runs', async () => {
-    const app = createHttpApp({ logger: createLogger({ service: 'test', level: 'silent' }), readiness: {} });
+    const app = createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {} });
     let ran = 0;
     app.post('/cancel', async () => ++ran);
     const long = await app.inject({ method: 'POST', url: '/cancel', headers: { 'x-labelflow-user': 'a'.repeat(129), 'x-labelflow-role': 'admin' } });

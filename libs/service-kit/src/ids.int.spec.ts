@@ -1,12 +1,11 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
 import { parseSnowflake } from '@labelflow/idgen';
-import { createLogger } from '@labelflow/telemetry';
 import { captureLogs, createTestDatabase, eventually, uniqueName, createTestPool } from '@labelflow/testing';
 import { createIdSource, idgenLastIssuedMigration, idgenMigration } from './index';
 
 const infra = inject('infra');
-const logger = createLogger({ service: 'ids-test', level: 'silent' });
+const logger = captureLogs({ service: 'ids-test' }).logger;
 
 describe('the service id source', () => {
   let pool: pg.Pool;

@@ -1,12 +1,11 @@
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
-import { createLogger } from '@labelflow/telemetry';
 import { captureLogs, createTestDatabase, eventually, uniqueName } from '@labelflow/testing';
 import { createPool, withTransaction, type Pool } from './db';
 import { createTaskSignals, MAX_SIGNAL_PAYLOAD_BYTES, type TaskSignals, type TaskSignalsOptions } from './signals';
 
 const infra = inject('infra');
-const silent = createLogger({ service: 'signals-test', level: 'silent' });
+const logger = captureLogs({ service: 'signals-test' }).logger;
 
 describe('task signals over LISTEN/NOTIFY', () => {
   let pool: Pool;
@@ -34,7 +33,7 @@ describe('task signals over LISTEN/NOTIFY', () => {
 
   /** A started instance, as each service instance runs one; closed after the test. */
   const instance = async (channel: string, over: Partial<TaskSignalsOptions> = {}) => {
-    const signals = createTaskSignals({ pool, channel, logger: silent, ...over });
+    const signals = createTaskSignals({ pool, channel, logger: logger, ...over });
     opened.push(signals);
     await signals.start();
     return signals;
@@ -179,6 +178,6 @@ describe('task signals over LISTEN/NOTIFY', () => {
   });
 
   it('refuses a channel that is not a plain identifier', () => {
-    expect(() => createTaskSignals({ pool, channel: 'signals"; DROP TABLE x; --', logger: silent })).toThrow(/PostgreSQL identifier/);
+    expect(() => createTaskSignals({ pool, channel: 'signals"; DROP TABLE x; --', logger: logger })).toThrow(/PostgreSQL identifier/);
   });
 });

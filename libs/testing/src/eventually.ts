@@ -7,10 +7,17 @@ export async function eventually<T>(probe: () => Promise<T> | T, { timeoutMs = 3
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   for (;;) {
+    // A probe that hangs must not outlive the deadline: it races the time left.
+    let timer: NodeJS.Timeout | undefined;
+    const overdue = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`the probe itself took longer than the ${timeoutMs} ms allowed`)), Math.max(0, deadline - Date.now()));
+    });
     try {
-      return await probe();
+      return await Promise.race([Promise.resolve().then(probe), overdue]);
     } catch (error) {
       lastError = error;
+    } finally {
+      clearTimeout(timer);
     }
     if (Date.now() > deadline) {
       const message = lastError instanceof Error ? lastError.message : String(lastError);

@@ -2,6 +2,8 @@ import { Kafka, logLevel, type Producer } from 'kafkajs';
 
 export interface Duplicator {
   readonly duplicated: () => number;
+  /** Messages delivered a second time, by their `event-type` header: what each consumer must catch. */
+  readonly duplicatedByType: () => Readonly<Record<string, number>>;
   stop(): Promise<void>;
 }
 
@@ -14,6 +16,7 @@ export async function startDuplicator({ brokers, topics, rate, seed = 1 }: { bro
   const consumer = kafka.consumer({ groupId: `labelflow-duplicator-${Date.now()}-${Math.random().toString(36).slice(2)}` });
   const producer: Producer = kafka.producer();
   let count = 0;
+  const byType: Record<string, number> = {};
   let state = seed;
   const random = () => ((state = (state * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
   await Promise.all([consumer.connect(), producer.connect()]);
@@ -33,11 +36,14 @@ export async function startDuplicator({ brokers, topics, rate, seed = 1 }: { bro
       if (message.headers?.['x-duplicate'] || random() >= rate) return;
       await producer.send({ topic, messages: [{ key: message.key, value: message.value, headers: { ...message.headers, 'x-duplicate': '1' } }] });
       count++;
+      const type = message.headers?.['event-type']?.toString() ?? 'unknown';
+      byType[type] = (byType[type] ?? 0) + 1;
     },
   });
   await joined;
   return {
     duplicated: () => count,
+    duplicatedByType: () => ({ ...byType }),
     stop: async () => {
       await consumer.disconnect();
       await producer.disconnect();

@@ -28,6 +28,7 @@ export interface ProductionSummary {
   readonly latencyMs: { readonly p50: number; readonly p99: number };
   readonly durationMs: number;
   readonly duplicated: number;
+  readonly duplicatedByType: Readonly<Record<string, number>>;
   /** HTTP requests the scenarios sent (retries and long-poll rounds included) per step they took, overall and by step. */
   readonly requestsPerStep: number;
   readonly byStep: Readonly<Partial<Record<Step, StepTally>>>;
@@ -122,6 +123,7 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
     latencyMs: { p50: percentile(latencies, 50), p99: percentile(latencies, 99) },
     durationMs: Date.now() - started,
     duplicated: duplicator?.duplicated() ?? 0,
+    duplicatedByType: duplicator?.duplicatedByType() ?? {},
     requestsPerStep: totals.steps === 0 ? 0 : totals.requests / totals.steps,
     byStep,
     projectId,
