@@ -74,7 +74,8 @@ export interface KafkaPublisher {
  * of partitions the broker did write (one partition refused as MESSAGE_TOO_LARGE, the others
  * accepted): the broker would then refuse every later batch to those partitions as
  * OUT_OF_ORDER_SEQUENCE_NUMBER, for good. A new producer id starts every sequence afresh; what it
- * sends again that was written before is a duplicate, which consumers dedup.
+ * sends again that was written before is a duplicate, which consumers dedup. Sends are expected one
+ * at a time, as the outbox relay makes them.
  */
 export function createPublisher(kafka: Kafka): KafkaPublisher {
   const make = () => kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });

@@ -1,12 +1,12 @@
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
 import { createKafka, createPublisher, ensureTopics, type KafkaPublisher } from '@labelflow/messaging';
-import { createLogger } from '@labelflow/telemetry';
-import { captureLogs, createTestDatabase, eventually, readAll, readTopic, uniqueName, createTestPool } from '@labelflow/testing';
-import { createOutboxRelay, enqueue, outboxMigrationSql, type OutboxRelay, type PublishedMessage, type Publisher } from './index';
+import { createMetrics } from '@labelflow/telemetry';
+import { captureLogs, createTestDatabase, eventually, metricValue, readAll, readTopic, uniqueName, createTestPool } from '@labelflow/testing';
+import { createOutboxRelay, DEFAULT_MAX_BATCH_BYTES, enqueue, outboxMigrationSql, sizeOf, type OutboxRelay, type PublishedMessage, type Publisher } from './index';
 
 const infra = inject('infra');
-const logger = createLogger({ service: 'outbox-test', level: 'silent' });
+const logger = captureLogs({ service: 'outbox-test' }).logger;
 
 /** Records when each advisory-lock attempt of a pool's clients is sent to PostgreSQL. */
 function lockAttempts() {
@@ -36,6 +36,29 @@ const lockHolderSql = `SELECT l.pid FROM pg_locks l JOIN pg_database d ON d.oid 
 const lockHolder = async (db: pg.Pool | pg.Client): Promise<number | null> => (await db.query<{ pid: number }>(lockHolderSql)).rows[0]?.pid ?? null;
 const seqOf = (value: Buffer | null) => (JSON.parse(value!.toString()) as { seq: number }).seq;
 const upTo = (n: number) => Array.from({ length: n }, (_, i) => i);
+/** Each key's seqs in the order first seen: a row the relay sent again (it may, after a broker refusal) counts once. */
+const firstSeqsByKey = (messages: readonly { key: Buffer | null; value: Buffer | null }[]) => {
+  const byKey = new Map<string, number[]>();
+  for (const m of messages) {
+    const seqs = byKey.get(m.key!.toString()) ?? [];
+    if (!seqs.includes(seqOf(m.value))) seqs.push(seqOf(m.value));
+    byKey.set(m.key!.toString(), seqs);
+  }
+  return Object.fromEntries([...byKey].sort(([a], [b]) => a.localeCompare(b)));
+};
+/** Resolves the next time `signal()` is called; rejects after `timeoutMs` with `what` (a deadline, not a wait for a race). */
+function nextSignal(what: string, timeoutMs = 10_000) {
+  let signal!: () => void;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const done = new Promise<void>((resolve, reject) => {
+    signal = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    timer = setTimeout(() => reject(new Error(`${what} did not happen within ${timeoutMs} ms`)), timeoutMs);
+  });
+  return { done, signal };
+}
 
 describe('the outbox relay', () => {
   let pool: pg.Pool;
@@ -65,9 +88,19 @@ describe('the outbox relay', () => {
     await drop();
   });
 
-  const freshTopic = async () => {
+  const freshTopic = async (configEntries: { name: string; value: string }[] = []) => {
     const topic = uniqueName('outbox-topic');
-    await ensureTopics(kafka, [topic], 3);
+    if (configEntries.length === 0) {
+      await ensureTopics(kafka, [topic], 3);
+      return topic;
+    }
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 3, configEntries }] });
+    } finally {
+      await admin.disconnect();
+    }
     return topic;
   };
   /** A pool on `url` whose sessions a test may kill: the pool reports that as 'error', on purpose here. */
@@ -277,5 +310,166 @@ describe('the outbox relay', () => {
     start({ pool: db.pool, batchSize });
     const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 50);
     expect(read.map((m) => seqOf(m.value))).toEqual(upTo(50));
+  });
+
+  it('publishes a backlog of maximal rows for one partition in several batches, each under the byte limit', async () => {
+    const topic = await freshTopic();
+    // LabelSubmitted at its schema's limit: 1,000 annotations with 200-character labels (~240 KB).
+    const maximal = (seq: number) => ({
+      topic,
+      key: 'task-max',
+      eventId: crypto.randomUUID(),
+      eventType: 'LabelSubmitted',
+      payload: { key: 'task-max', seq, annotations: Array.from({ length: 1_000 }, (_, i) => ({ label: String(i).padEnd(200, 'x'), confidence: 0.5 })) },
+    });
+    const batches: number[][] = [];
+    const recording: Publisher = {
+      send: async (messages) => {
+        batches.push(messages.map(sizeOf));
+        await publisher.send(messages);
+      },
+    };
+    const backlog = Array.from({ length: 8 }, (_, i) => maximal(i));
+    await enqueue(pool, 'outbox_test', backlog);
+    start({ publisher: recording });
+    const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= backlog.length);
+    expect(read.map((m) => seqOf(m.value))).toEqual(upTo(backlog.length));
+    const total = batches.flat().reduce((a, b) => a + b, 0);
+    // One request would have been refused by the topic's 1 MB max.message.bytes, again and again.
+    expect(total).toBeGreaterThan(1_048_588);
+    expect(batches.length).toBeGreaterThanOrEqual(3);
+    for (const batch of batches) expect(batch.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(DEFAULT_MAX_BATCH_BYTES);
+    await eventually(async () => expect((await pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0].n).toBe(0));
+  });
+
+  it('parks a row too large for its topic on its own, publishes the rows behind it and holds back the later rows of its key', async () => {
+    // 2 KiB per record batch: the 8 KB row never fits, and neither do many small rows at once.
+    const topic = await freshTopic([{ name: 'max.message.bytes', value: '2048' }]);
+    const metrics = createMetrics({ service: 'outbox-test', defaults: false });
+    const small = (key: string, seq: number) => ({ topic, key, eventId: crypto.randomUUID(), eventType: 'Test', payload: { key, seq, note: 'n'.repeat(120) } });
+    const huge = (key: string, seq: number) => ({ ...small(key, seq), payload: { key, seq, blob: 'x'.repeat(8_000) } });
+    await enqueue(pool, 'outbox_test', [
+      small('task-a', 0),
+      small('task-big', 0),
+      huge('task-big', 1),
+      small('task-b', 0),
+      small('task-big', 2),
+      ...Array.from({ length: 10 }, (_, j) => [small('task-a', j + 1), small('task-b', j + 1), small('task-c', j)]).flat(),
+    ]);
+    start({ metrics });
+    const expected = { 'task-a': upTo(11), 'task-b': upTo(11), 'task-big': [0], 'task-c': upTo(10) };
+    const count = (m: readonly { key: Buffer | null; value: Buffer | null }[]) => Object.values(firstSeqsByKey(m)).flat().length;
+    const read = await readTopic(infra.kafkaBrokers, topic, (m) => count(m) >= 33);
+    expect(firstSeqsByKey(read)).toEqual(expected);
+    const state = async () =>
+      (
+        await pool.query<{ key: string; seq: number; published: boolean; failure: string | null }>(
+          `SELECT message_key AS key, (payload->>'seq')::int AS seq, published_at IS NOT NULL AS published, failure FROM outbox WHERE message_key = 'task-big' OR failed_at IS NOT NULL ORDER BY id`,
+        )
+      ).rows;
+    await eventually(async () =>
+      expect(await state()).toEqual([
+        { key: 'task-big', seq: 0, published: true, failure: null },
+        { key: 'task-big', seq: 1, published: false, failure: expect.stringContaining('too large for topic') },
+        { key: 'task-big', seq: 2, published: false, failure: expect.stringContaining('held') },
+      ]),
+    );
+    const rendered = await metrics.render();
+    expect(metricValue(rendered, 'outbox_failed_total', { reason: 'too_large' })).toBe(1);
+    expect(metricValue(rendered, 'outbox_failed_total', { reason: 'held' })).toBe(1);
+
+    // Nothing waits behind the parked row, and its key stays held back.
+    await enqueue(pool, 'outbox_test', [small('task-big', 3), small('task-c', 10)]);
+    const after = await readTopic(infra.kafkaBrokers, topic, (m) => count(m) >= 34 && firstSeqsByKey(m)['task-c']?.includes(10) === true);
+    expect(firstSeqsByKey(after)).toEqual({ ...expected, 'task-c': upTo(11) });
+    await eventually(async () => expect((await state()).at(-1)).toEqual({ key: 'task-big', seq: 3, published: false, failure: expect.stringContaining('held') }));
+    await eventually(async () => expect((await pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL AND failed_at IS NULL')).rows[0].n).toBe(0));
+  });
+
+  it('reads the next batch while the current one is being sent, and publishes every row once, in id order', async () => {
+    const db = await freshDatabase();
+    const topic = await freshTopic();
+    let readIssued: (() => void) | undefined;
+    class ReadWatchingClient extends pg.Client {
+      override query(...args: unknown[]): never {
+        const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: unknown } | undefined)?.text;
+        if (typeof text === 'string' && text.includes('AS behind')) readIssued?.();
+        return (super.query as (...a: unknown[]) => never)(...args);
+      }
+    }
+    const total = 1_000;
+    const batchSize = 50;
+    const sent: number[] = [];
+    let sends = 0;
+    const watching: Publisher = {
+      send: async (messages) => {
+        sends++;
+        // Until the last batches, the relay must read ahead while this send is in flight: this
+        // send does not return before it has. A relay that reads only between sends never would.
+        if (sends <= 10) {
+          const read = nextSignal(`a read during send ${sends}`);
+          readIssued = read.signal;
+          await read.done;
+        }
+        sent.push(...messages.map((m) => (JSON.parse(m.value) as { seq: number }).seq));
+        await publisher.send(messages);
+      },
+    };
+    const keys = ['task-a', 'task-b', 'task-c', 'task-d', 'task-e'];
+    await enqueue(
+      db.pool,
+      'outbox_test',
+      upTo(total).map((seq) => ({ topic, key: keys[seq % keys.length]!, eventId: crypto.randomUUID(), eventType: 'Test', payload: { seq } })),
+    );
+    start({ pool: poolFor(db.url, { Client: ReadWatchingClient }), publisher: watching, batchSize });
+    const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= total);
+    expect(sent).toEqual(upTo(total));
+    expect(sends).toBeGreaterThanOrEqual(total / batchSize);
+    for (const [i, key] of keys.entries()) {
+      expect(read.filter((m) => m.key?.toString() === key).map((m) => seqOf(m.value))).toEqual(upTo(total).filter((seq) => seq % keys.length === i));
+    }
+    await eventually(async () => expect((await db.pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0].n).toBe(0));
+    expect(await readAll(infra.kafkaBrokers, topic)).toHaveLength(total);
+  });
+
+  it('publishes a row that commits after read-ahead passed its id before any later row of its key', async () => {
+    const db = await freshDatabase();
+    const topic = await freshTopic();
+    const firstSend = nextSignal('the first send');
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const held: Publisher = {
+      send: async (messages) => {
+        firstSend.signal();
+        await released;
+        await publisher.send(messages);
+      },
+    };
+    // The late row takes the lowest id, then stays uncommitted while the rows after it are read.
+    const late = await db.pool.connect();
+    await late.query('BEGIN');
+    await enqueue(late, 'outbox_test', rows(topic, 'task-late', 1));
+    await enqueue(db.pool, 'outbox_test', rows(topic, 'other', 30));
+    start({ pool: db.pool, publisher: held, batchSize: 5 });
+    await firstSend.done;
+    await late.query('COMMIT');
+    late.release();
+    // Caused by the late row (it follows its commit), so it must never be published before it.
+    await enqueue(db.pool, 'outbox_test', rows(topic, 'task-late', 1, 1));
+    release();
+    const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 32);
+    expect(read.filter((m) => m.key?.toString() === 'task-late').map((m) => seqOf(m.value))).toEqual([0, 1]);
+    expect(read.filter((m) => m.key?.toString() === 'other').map((m) => seqOf(m.value))).toEqual(upTo(30));
+  });
+
+  it('publishes from an outbox table created before the failed-rows step', async () => {
+    const db = await freshDatabase();
+    await db.pool.query('DROP INDEX outbox_failed; ALTER TABLE outbox DROP COLUMN failed_at, DROP COLUMN failure');
+    const topic = await freshTopic();
+    start({ pool: db.pool, batchSize: 7 });
+    await enqueue(db.pool, 'outbox_test', [...rows(topic, 'task-a', 20), ...rows(topic, 'task-b', 20)]);
+    const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 40);
+    for (const key of ['task-a', 'task-b']) expect(read.filter((m) => m.key?.toString() === key).map((m) => seqOf(m.value))).toEqual(upTo(20));
+    await eventually(async () => expect((await db.pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0].n).toBe(0));
   });
 });

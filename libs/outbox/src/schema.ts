@@ -1,8 +1,9 @@
 /**
- * The outbox table, for a service's own migrations. Rows are written in the same transaction as the
- * state change that produced them and published afterwards by the relay, in id order.
+ * The outbox table as first shipped, for a service's own migrations. Rows are written in the same
+ * transaction as the state change that produced them and published afterwards by the relay, in id
+ * order. A migration that already ran keeps its SQL: later steps come as steps of their own.
  */
-export const outboxMigrationSql = `
+export const outboxTableSql = `
 CREATE TABLE IF NOT EXISTS outbox (
   id            bigserial   PRIMARY KEY,
   event_id      text        NOT NULL UNIQUE,
@@ -17,3 +18,22 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
 CREATE INDEX IF NOT EXISTS outbox_published_at ON outbox (published_at) WHERE published_at IS NOT NULL;
 `;
+
+/**
+ * Idempotent step: rows the relay gave up on. `failed_at` is set (and `published_at` stays NULL)
+ * when Kafka refuses a row as too large for its topic on its own, and for every later row of the
+ * same `message_key`, which is held behind it so that a task's events never overtake each other.
+ * The relay skips such rows; clearing `failed_at` hands them back to it. The index serves the
+ * relay's "is an earlier row of this key parked?" lookup and is empty while nothing has failed.
+ *
+ * Its own migration step (service-kit's core version 104): until it runs, the relay publishes as
+ * before and cannot park a row (see the README).
+ */
+export const outboxFailedRowsMigrationSql = `
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS failed_at timestamptz;
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS failure text;
+CREATE INDEX IF NOT EXISTS outbox_failed ON outbox (message_key, id) WHERE failed_at IS NOT NULL;
+`;
+
+/** The whole outbox schema in one go, for a new database: the table and every later step, each idempotent. */
+export const outboxMigrationSql = outboxTableSql + outboxFailedRowsMigrationSql;

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { inboxMigrationSql } from '@labelflow/dedup';
 import { idempotencyMigrationSql } from '@labelflow/idempotency';
 import { idgenLastIssuedSql, idgenMigrationSql } from '@labelflow/idgen';
-import { outboxMigrationSql } from '@labelflow/outbox';
+import { outboxFailedRowsMigrationSql, outboxTableSql } from '@labelflow/outbox';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
 export interface Migration {
@@ -59,7 +59,7 @@ export async function migrate(pool: pg.Pool, migrations: readonly Migration[]): 
  */
 
 /** Version 1 of every service: the outbox and the inbox the runtime's exactly-once shell uses. */
-export const coreMigration: Migration = { version: 1, name: 'outbox and inbox', sql: outboxMigrationSql + inboxMigrationSql };
+export const coreMigration: Migration = { version: 1, name: 'outbox and inbox', sql: outboxTableSql + inboxMigrationSql };
 
 /** Stored responses of Idempotency-Key requests, written in the same transaction as the command. */
 export const idempotencyKeysMigration: Migration = { version: 100, name: 'idempotency keys', sql: idempotencyMigrationSql };
@@ -76,7 +76,10 @@ ALTER TABLE inbox ALTER COLUMN task_id TYPE text USING task_id::text, ALTER COLU
 /** Worker-id leases (and id segments) of this service's id generators. */
 export const idgenMigration: Migration = { version: 102, name: 'id generator leases and segments', sql: idgenMigrationSql };
 
-/** Every core migration, in the order services list them. */
 export const idgenLastIssuedMigration: Migration = { version: 103, name: 'id worker high-water marks', sql: idgenLastIssuedSql };
 
-export const coreMigrations: readonly Migration[] = [coreMigration, idempotencyKeysMigration, snowflakeIdsMigration, idgenMigration, idgenLastIssuedMigration];
+/** Outbox rows the relay gave up on (too large for their topic, or held behind one of their key). */
+export const outboxFailedRowsMigration: Migration = { version: 104, name: 'outbox failed rows', sql: outboxFailedRowsMigrationSql };
+
+/** Every core migration, in the order services list them. */
+export const coreMigrations: readonly Migration[] = [coreMigration, idempotencyKeysMigration, snowflakeIdsMigration, idgenMigration, idgenLastIssuedMigration, outboxFailedRowsMigration];
