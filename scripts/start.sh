@@ -1,6 +1,17 @@
 #!/usr/bin/env bash
 # Starts the whole local stack: installs what is missing, starts Kafka, PostgreSQL and Redis, builds
-# and starts the four services, prints their URLs. Ctrl-C stops what this run started.
+# and starts the four services, prints their URLs, and keeps them running: a service that exits is
+# started again with backoff (below), the others untouched. Ctrl-C stops what this run started.
+#
+# Env overrides, to run a second stack beside the default one (tests do):
+#   LABELFLOW_PORT_BASE   first HTTP port (default 3001): task-svc, label-svc, qa-svc, billing-svc
+#                         listen on it and the next three
+#   LABELFLOW_DB_SUFFIX   appended to each database name (default none: task_svc, label_svc, ...)
+#   LABELFLOW_LOG_DIR     where the services' logs go (default .local/logs)
+#   LABELFLOW_KEEP_INFRA  1: leave Kafka, PostgreSQL and Redis running at exit, even if this run
+#                         started them
+#   KAFKA_TOPIC_PREFIX    topics and consumer groups (default labelflow)
+# plus those of infra/local/stack.sh (KAFKA_PORT, PGHOST, PGPORT, PGUSER, REDIS_HOST, REDIS_PORT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NX_DAEMON=false
@@ -24,15 +35,60 @@ eval "$(bash infra/local/stack.sh env | sed 's/^/export /')"
 echo "== building services" >&2
 node scripts/build.mjs
 
-mkdir -p .local/logs
-pids=()
+PORT_BASE="${LABELFLOW_PORT_BASE:-3001}"
+DB_SUFFIX="${LABELFLOW_DB_SUFFIX:-}"
+SVC_LOG_DIR="${LABELFLOW_LOG_DIR:-.local/logs}"
+mkdir -p "$SVC_LOG_DIR"
+SERVICES=(task-svc label-svc qa-svc billing-svc)
+declare -A ports=([task-svc]=$PORT_BASE [label-svc]=$((PORT_BASE + 1)) [qa-svc]=$((PORT_BASE + 2)) [billing-svc]=$((PORT_BASE + 3)))
+# Supervision, like compose's `restart: unless-stopped`: a service that exits while this script runs
+# is started again after RESTART_MIN_S, doubling with each exit up to RESTART_MAX_S; one that stayed
+# up RESTART_RESET_S seconds starts over at RESTART_MIN_S. Only Ctrl-C (SIGINT, SIGTERM) stops them.
+RESTART_MIN_S=1
+RESTART_MAX_S=30
+RESTART_RESET_S=60
+declare -A pid=() since=() delay=() restarts=() timer=()
+
+# Starts (or restarts, appending to its log) one service in the background; its pid in pid[svc].
+launch() {
+  local svc=$1 db="${1//-/_}$DB_SUFFIX"
+  if [ -z "${restarts[$svc]:-}" ]; then : >"$SVC_LOG_DIR/$svc.log"; fi
+  PORT="${ports[$svc]}" DATABASE_URL="$PG_URL/$db" KAFKA_TOPIC_PREFIX="${KAFKA_TOPIC_PREFIX:-labelflow}" \
+    node --enable-source-maps "dist/apps/$svc/main.js" >>"$SVC_LOG_DIR/$svc.log" 2>&1 &
+  pid[$svc]=$!
+  since[$svc]=$SECONDS
+}
+
+# A service exited on its own: say how, show the end of its log, and schedule its restart.
+exited() {
+  local svc=$1 gone=$2 rc=$3 up=$((SECONDS - since[$1])) how="code $3"
+  if [ "$rc" -gt 128 ]; then how="code $rc (SIG$(kill -l $((rc - 128)) 2>/dev/null || echo "$((rc - 128))"))"; fi
+  pid[$svc]=""
+  if [ "$up" -ge "$RESTART_RESET_S" ] || [ -z "${delay[$svc]:-}" ]; then delay[$svc]=$RESTART_MIN_S; fi
+  restarts[$svc]=$((${restarts[$svc]:-0} + 1))
+  echo "== $svc (pid $gone) exited unexpectedly with $how after ${up}s; the last lines of its log ($SVC_LOG_DIR/$svc.log):" >&2
+  tail -n 15 "$SVC_LOG_DIR/$svc.log" | sed 's/^/   | /' >&2
+  echo "== restarting $svc in ${delay[$svc]}s (restart ${restarts[$svc]}); the others keep running" >&2
+  sleep "${delay[$svc]}" &
+  timer[$svc]=$!
+  delay[$svc]=$((delay[$svc] * 2 > RESTART_MAX_S ? RESTART_MAX_S : delay[$svc] * 2))
+}
+
 cleanup() {
   trap - INT TERM EXIT
   echo >&2
   echo "== stopping services" >&2
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  wait "${pids[@]}" 2>/dev/null || true
-  if [ "$infra_was_up" = false ]; then
+  local svc live=()
+  for svc in "${SERVICES[@]}"; do
+    if [ -n "${timer[$svc]:-}" ]; then kill "${timer[$svc]}" 2>/dev/null || true; fi
+    if [ -n "${pid[$svc]:-}" ]; then live+=("${pid[$svc]}"); fi
+  done
+  if [ "${#live[@]}" -gt 0 ]; then
+    for p in "${live[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    wait "${live[@]}" 2>/dev/null || true
+  fi
+  echo "== services stopped" >&2
+  if [ "$infra_was_up" = false ] && [ "${LABELFLOW_KEEP_INFRA:-0}" != 1 ]; then
     echo "== stopping the infrastructure this run started" >&2
     bash infra/local/stack.sh down || true
   fi
@@ -40,27 +96,27 @@ cleanup() {
 trap 'cleanup; exit 130' INT TERM
 trap cleanup EXIT
 
-declare -A ports=([task-svc]=3001 [label-svc]=3002 [qa-svc]=3003 [billing-svc]=3004)
-for svc in task-svc label-svc qa-svc billing-svc; do
-  db="${svc//-/_}"
-  PORT="${ports[$svc]}" DATABASE_URL="$PG_URL/$db" KAFKA_TOPIC_PREFIX="${KAFKA_TOPIC_PREFIX:-labelflow}" \
-    node --enable-source-maps "dist/apps/$svc/main.js" >".local/logs/$svc.log" 2>&1 &
-  pids+=($!)
-  # Sequential starts: the first one creates the shared topics.
+for svc in "${SERVICES[@]}"; do
+  launch "$svc"
+  # Sequential starts: the first one creates the shared topics. A service that cannot even start
+  # (a bad setting) stops the run: restarting it would not help.
+  ready=false
   for _ in $(seq 1 120); do
-    if curl -sf "http://127.0.0.1:${ports[$svc]}/readyz" >/dev/null 2>&1; then break; fi
-    if ! kill -0 "${pids[-1]}" 2>/dev/null; then echo "$svc failed to start; see .local/logs/$svc.log:" >&2; tail -20 ".local/logs/$svc.log" >&2; exit 1; fi
+    if curl -sf "http://127.0.0.1:${ports[$svc]}/readyz" >/dev/null 2>&1; then ready=true; break; fi
+    if ! kill -0 "${pid[$svc]}" 2>/dev/null; then echo "$svc failed to start; see $SVC_LOG_DIR/$svc.log:" >&2; tail -20 "$SVC_LOG_DIR/$svc.log" >&2; exit 1; fi
     sleep 0.5
   done
+  echo "== $svc started (pid ${pid[$svc]}), http://127.0.0.1:${ports[$svc]}" >&2
+  if [ "$ready" = false ]; then echo "   not ready after 60s: curl http://127.0.0.1:${ports[$svc]}/readyz says why" >&2; fi
 done
 
 cat <<INFO
 
-labelflow is running (logs in .local/logs/):
-  task-svc     http://127.0.0.1:3001   POST /tasks, POST /tasks/:id/claim, POST /tasks/:id/cancel (admin), GET /tasks[/:id]
-  label-svc    http://127.0.0.1:3002   POST /tasks/:id/labels, GET /tasks/:id/labels
-  qa-svc       http://127.0.0.1:3003   POST /reviews/:taskId, GET /reviews[/:taskId]
-  billing-svc  http://127.0.0.1:3004   POST /projects, POST /projects/:id/top-ups, GET /projects/:id,
+labelflow is running (logs in $SVC_LOG_DIR/):
+  task-svc     http://127.0.0.1:${ports[task-svc]}   POST /tasks, POST /tasks/:id/claim, POST /tasks/:id/cancel (admin), GET /tasks[/:id]
+  label-svc    http://127.0.0.1:${ports[label-svc]}   POST /tasks/:id/labels, GET /tasks/:id/labels
+  qa-svc       http://127.0.0.1:${ports[qa-svc]}   POST /reviews/:taskId, GET /reviews[/:taskId]
+  billing-svc  http://127.0.0.1:${ports[billing-svc]}   POST /projects, POST /projects/:id/top-ups, GET /projects/:id,
                                         POST /tasks/:id/billing/retry (admin), GET /tasks/:id/billing, GET /annotators/:id/payouts
   each also serves /healthz, /readyz and /metrics; the full reference is docs/http-api.md
   Kafka $KAFKA_BROKERS   PostgreSQL $PG_URL   Redis $REDIS_URL
@@ -69,5 +125,21 @@ Drive it:  npm run produce -- --tasks 200 --reject 0.2 --cancel 0.05 --duplicate
 Audit it:  npm run audit
 Press Ctrl-C to stop.
 INFO
-wait -n "${pids[@]}" || true
-echo "a service exited; stopping the rest" >&2
+
+# Supervise until Ctrl-C: wake whenever a service or a restart timer ends. (`wait` also reports a
+# killed job on stderr, which the message below says better.)
+while true; do
+  wait -n 2>/dev/null || true
+  for svc in "${SERVICES[@]}"; do
+    if [ -n "${pid[$svc]}" ] && ! kill -0 "${pid[$svc]}" 2>/dev/null; then
+      rc=0
+      wait "${pid[$svc]}" 2>/dev/null || rc=$?
+      exited "$svc" "${pid[$svc]}" "$rc"
+    elif [ -n "${timer[$svc]:-}" ] && ! kill -0 "${timer[$svc]}" 2>/dev/null; then
+      wait "${timer[$svc]}" 2>/dev/null || true
+      timer[$svc]=""
+      launch "$svc"
+      echo "== $svc restarted (pid ${pid[$svc]}), http://127.0.0.1:${ports[$svc]}" >&2
+    fi
+  done
+done

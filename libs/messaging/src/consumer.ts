@@ -1,4 +1,4 @@
-import { Partitioners, type Consumer, type EachBatchPayload, type Kafka, type KafkaMessage, type Producer } from 'kafkajs';
+import { Partitioners, type Consumer, type ConsumerRunConfig, type EachBatchPayload, type Kafka, type KafkaMessage, type Producer } from 'kafkajs';
 import type { z } from 'zod';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import { coordinates, decodeMessage, headersToStrings, type RawMessage } from './codec';
@@ -52,6 +52,35 @@ export interface RetryPolicy {
   readonly maxAttempts: number;
 }
 
+/**
+ * How the loop restarts a consumer after a crash kafkajs does not restart from itself (`restart:
+ * false` on its CRASH event: a non-retriable error, such as a JoinGroup the broker refuses).
+ */
+export interface RestartPolicy {
+  /** Wait before the first restart; it doubles with each crash that follows, up to `maxMs`. */
+  readonly initialMs: number;
+  readonly maxMs: number;
+  /** A consumer that ran this long before it crashed starts over from `initialMs`. */
+  readonly stableMs: number;
+}
+
+/**
+ * `running`: a member of its group, consuming. `starting`: joining the group for the first time.
+ * `restarting`: it crashed, and kafkajs or the loop is bringing it back. `stopped`: not started yet,
+ * or closed.
+ */
+export type ConsumerState = 'stopped' | 'starting' | 'running' | 'restarting';
+
+export interface ConsumerHealth {
+  readonly state: ConsumerState;
+  /** When it entered this state (epoch ms). */
+  readonly since: number;
+  /** Crashes since the loop was created. */
+  readonly crashes: number;
+  /** Why it is not consuming, for readiness probes and operators; absent while `running`. */
+  readonly reason?: string;
+}
+
 export interface ConsumerLoopOptions<E> {
   readonly kafka: Kafka;
   readonly groupId: string;
@@ -70,6 +99,8 @@ export interface ConsumerLoopOptions<E> {
   readonly maxBytesPerPartition?: number;
   /** How often the group's progress is compared with the topics' high watermarks (`caughtUpTo`). */
   readonly progressEveryMs?: number;
+  /** Restarts after a crash kafkajs does not restart from (default 1 s doubling to 30 s, reset after 60 s up). */
+  readonly restart?: Partial<RestartPolicy>;
 }
 
 export interface ConsumerLoop {
@@ -83,10 +114,13 @@ export interface ConsumerLoop {
    * state it reads.
    */
   caughtUpTo(): number | undefined;
+  /** Whether the consumer is consuming right now, and why not when it is not (see ConsumerState). */
+  health(): ConsumerHealth;
 }
 
 const TRANSIENT_TRIES_BEFORE_SPLIT = 3;
 const defaultRetry: RetryPolicy = { initialMs: 100, maxMs: 5_000, maxAttempts: 5 };
+const defaultRestart: RestartPolicy = { initialMs: 1_000, maxMs: 30_000, stableMs: 60_000 };
 const defaultIsRetriable = (error: unknown) => (error as { retriable?: boolean }).retriable === true;
 
 type Step = 'done' | 'aborted';
@@ -107,10 +141,16 @@ type Item<E> =
  * holding the partition; a message that fails transiently is retried for as long as it takes. A run
  * that fails otherwise is split in halves until the failure is one message: its neighbours commit
  * without it, and it alone is retried and dead-lettered.
+ *
+ * A crashed consumer (kafkajs's CRASH event) is never left for dead: `health()` reports it as
+ * `restarting` until it has joined its group again. kafkajs restarts it itself after a retriable
+ * error; after any other (`restart: false`) the loop restarts it, with backoff (`restart`), each
+ * crash logged and counted (`consumer_crashes_total`, `consumer_restarts_total`).
  */
 export function createConsumerLoop<E extends { readonly type: string }>(options: ConsumerLoopOptions<E>): ConsumerLoop {
   const { kafka, groupId, bindings, processor, deadLetterTopic, logger, metrics } = options;
   const retry = { ...defaultRetry, ...options.retry };
+  const restartPolicy = { ...defaultRestart, ...options.restart };
   const isRetriable = options.isRetriable ?? defaultIsRetriable;
   const schemas = new Map(bindings.map((b) => [b.topic, b.schema]));
   const log = logger.child({ component: 'consumer', groupId });
@@ -131,6 +171,10 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
   const deadLettered = metrics?.counter('consumer_dead_lettered_total', 'Messages sent to the dead-letter topic', ['topic', 'code']);
   const ignored = metrics?.counter('consumer_ignored_total', 'Consumed events the service refused, by refusal code', ['topic', 'type', 'code']);
   const skipped = metrics?.counter('consumer_skipped_total', 'Messages of event types this service does not react to', ['topic', 'type']);
+  const crashCount = metrics?.counter('consumer_crashes_total', 'Consumer crashes, by who restarts it (kafkajs itself, or the loop)', ['restart']);
+  const restartCount = metrics?.counter('consumer_restarts_total', 'Restarts the loop made of a consumer kafkajs would not restart');
+  const runningGauge = metrics?.gauge('consumer_running', '1 while the consumer is a member of its group and consuming, else 0');
+  runningGauge?.set(0);
 
   const backoff = (attempt: number) => Math.min(retry.maxMs, retry.initialMs * 2 ** Math.min(attempt, 16)) * (0.5 + Math.random() / 2);
   const stopped = (payload: EachBatchPayload) => !payload.isRunning() || payload.isStale();
@@ -355,29 +399,135 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     progressTimer.unref();
   }
 
+  // Liveness. kafkajs emits GROUP_JOIN after every join (the first, a rebalance, a restart) and
+  // CRASH when the consumer died; after a crash with `restart: false` nothing brings it back but us.
+  const runConfig: ConsumerRunConfig = {
+    eachBatchAutoResolve: false,
+    autoCommit: true,
+    autoCommitInterval: 1_000,
+    partitionsConsumedConcurrently: options.partitionsConsumedConcurrently ?? 3,
+    eachBatch: processBatch,
+  };
+  let state: ConsumerState = 'stopped';
+  let since = Date.now();
+  let crashes = 0;
+  let lastCrash: { readonly error: string; readonly by: 'kafkajs' | 'loop' } | undefined;
+  let runningSince: number | undefined;
+  let restartAttempt = 0;
+  let nextRestartAt: number | undefined;
+  let restartTimer: NodeJS.Timeout | undefined;
+  let restarting: Promise<void> | undefined;
+  let closed = false;
+  const enter = (next: ConsumerState) => {
+    if (state !== next) since = Date.now();
+    state = next;
+    runningGauge?.set(next === 'running' ? 1 : 0);
+  };
+  const restartDelay = (attempt: number) => Math.min(restartPolicy.maxMs, restartPolicy.initialMs * 2 ** Math.min(attempt, 16));
+
+  consumer.on(consumer.events.GROUP_JOIN, () => {
+    if (closed || state === 'running') return;
+    const recovered = state === 'restarting';
+    runningSince = Date.now();
+    nextRestartAt = undefined;
+    enter('running');
+    if (recovered) log.info({ crashes, downForMs: Date.now() - since }, 'consumer running again after a crash');
+  });
+
+  consumer.on(consumer.events.CRASH, ({ payload }) => {
+    if (closed) return;
+    const { error, restart } = payload;
+    crashes++;
+    // Backoff grows over a crash loop, and starts over once a run proved stable.
+    if (runningSince !== undefined && Date.now() - runningSince >= restartPolicy.stableMs) restartAttempt = 0;
+    runningSince = undefined;
+    lastCrash = { error: `${error.name}: ${error.message}`, by: restart ? 'kafkajs' : 'loop' };
+    crashCount?.inc({ restart: lastCrash.by });
+    enter('restarting');
+    if (restart) {
+      log.error({ err: error, crashes }, 'consumer crashed; kafkajs restarts it');
+      return;
+    }
+    const delay = restartDelay(restartAttempt++);
+    log.error({ err: error, crashes, attempt: restartAttempt, restartInMs: delay }, 'consumer crashed and kafkajs will not restart it; restarting it');
+    scheduleRestart(delay);
+  });
+
+  function scheduleRestart(delay: number): void {
+    clearTimeout(restartTimer);
+    nextRestartAt = Date.now() + delay;
+    restartTimer = setTimeout(() => {
+      restartTimer = undefined;
+      restarting = restartNow().finally(() => (restarting = undefined));
+    }, delay);
+  }
+
+  /** A join the broker refuses again crashes again: the CRASH listener schedules the next try. */
+  async function restartNow(): Promise<void> {
+    if (closed) return;
+    nextRestartAt = undefined;
+    restartCount?.inc();
+    log.warn({ attempt: restartAttempt, crashes }, 'restarting the crashed consumer');
+    try {
+      await consumer.connect();
+      if (closed) return;
+      await consumer.run(runConfig);
+    } catch (error) {
+      if (closed) return;
+      const delay = restartDelay(restartAttempt++);
+      lastCrash = { error: `${(error as Error).name}: ${(error as Error).message}`, by: 'loop' };
+      log.error({ err: error, attempt: restartAttempt, restartInMs: delay }, 'restarting the consumer failed; trying again');
+      scheduleRestart(delay);
+    }
+  }
+
+  function health(): ConsumerHealth {
+    const base = { state, since, crashes };
+    switch (state) {
+      case 'running':
+        return base;
+      case 'stopped':
+        return { ...base, reason: closed ? 'the consumer was closed' : 'the consumer was not started' };
+      case 'starting':
+        return { ...base, reason: 'the consumer is joining its group' };
+      case 'restarting': {
+        const how = lastCrash?.by === 'kafkajs'
+          ? 'kafkajs is restarting it'
+          : nextRestartAt !== undefined
+            ? `restart ${restartAttempt} in ${Math.max(0, nextRestartAt - Date.now())} ms`
+            : `restart ${restartAttempt} under way`;
+        return { ...base, reason: `the consumer crashed and has not consumed for ${Date.now() - since} ms (${crashes} ${crashes === 1 ? 'crash' : 'crashes'}, the last: ${lastCrash?.error ?? 'unknown error'}); ${how}` };
+      }
+    }
+  }
+
   return {
     consumer,
     caughtUpTo: () => caughtUp,
+    health,
     async start() {
+      enter('starting');
       await admin.connect();
       scheduleProgress();
       await dlqProducer.connect();
       await consumer.connect();
       for (const { topic } of bindings) await consumer.subscribe({ topic, fromBeginning: true });
-      await consumer.run({
-        eachBatchAutoResolve: false,
-        autoCommit: true,
-        autoCommitInterval: 1_000,
-        partitionsConsumedConcurrently: options.partitionsConsumedConcurrently ?? 3,
-        eachBatch: processBatch,
-      });
+      // Resolves once the consumer joined its group, or crashed trying (then it is `restarting`).
+      await consumer.run(runConfig);
     },
     async close() {
+      closed = true;
+      clearTimeout(restartTimer);
+      await restarting;
       clearTimeout(progressTimer);
       progressTimer = undefined;
-      await consumer.disconnect();
-      await dlqProducer.disconnect();
-      await admin.disconnect();
+      try {
+        await consumer.disconnect();
+        await dlqProducer.disconnect();
+        await admin.disconnect();
+      } finally {
+        enter('stopped');
+      }
     },
   };
 }

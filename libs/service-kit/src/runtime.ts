@@ -202,6 +202,15 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
       postgres: () => pool.query('SELECT 1'),
       redis: () => redis.ping(),
       kafka: () => admin.describeCluster(),
+      // A crashed consumer takes no events in, however well the broker answers.
+      ...(consumedTopics.length > 0
+        ? {
+            consumer: async () => {
+              const { reason } = consumer.health();
+              if (reason !== undefined) throw new Error(reason);
+            },
+          }
+        : {}),
     },
   });
   if (config.FAULT_KILL_BEFORE_REPLY) {

@@ -10,3 +10,4 @@ export * from './private';
 export * from './redis';
 export * from './metrics';
 export * from './logs';
+export * from './groups';

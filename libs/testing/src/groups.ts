@@ -1,0 +1,60 @@
+import { AssignerProtocol, Kafka, logLevel, type PartitionAssigner } from 'kafkajs';
+import { eventually } from './eventually';
+import { uniqueName } from './names';
+
+const ROGUE_PROTOCOL = 'LabelflowTestForeignAssigner';
+
+/** An assignor no labelflow consumer offers; it assigns nothing to anyone. */
+const foreignAssigner: PartitionAssigner = () => ({
+  name: ROGUE_PROTOCOL,
+  version: 0,
+  assign: async ({ members }) =>
+    members.map(({ memberId }) => ({ memberId, memberAssignment: AssignerProtocol.MemberAssignment.encode({ version: 0, assignment: {}, userData: Buffer.alloc(0) }) })),
+  protocol: ({ topics }) => ({ name: ROGUE_PROTOCOL, metadata: AssignerProtocol.MemberMetadata.encode({ version: 0, topics, userData: Buffer.alloc(0) }) }),
+});
+
+export interface HeldGroup {
+  /** Leaves the group: members of the group's own kind can join it again. */
+  release(): Promise<void>;
+}
+
+/**
+ * Joins `groupId` the way another application misconfigured with the same group id would: with a
+ * partition assignor no labelflow consumer supports. While it is the group's member, the broker
+ * refuses every other member's JoinGroup with INCONSISTENT_GROUP_PROTOCOL, an error kafkajs does
+ * not retry: the consumer crashes, and kafkajs does not restart it (`restart: false`). The broker
+ * accepts it only into an empty group, so it tries again until the group is empty (a running
+ * member must have left, or its session expired) or `timeoutMs` passed.
+ */
+export async function holdConsumerGroup(brokers: string, groupId: string, { timeoutMs = 30_000 } = {}): Promise<HeldGroup> {
+  const kafka = new Kafka({ clientId: uniqueName('foreign-member'), brokers: brokers.split(','), logLevel: logLevel.NOTHING });
+  // A topic of its own: holding the group must not consume (or commit) anything of the group's.
+  const topic = uniqueName('foreign-member-topic');
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    await admin.createTopics({ topics: [{ topic, numPartitions: 1 }], waitForLeaders: true });
+  } finally {
+    await admin.disconnect();
+  }
+  const member = await eventually(
+    async () => {
+      const consumer = kafka.consumer({ groupId, partitionAssigners: [foreignAssigner], sessionTimeout: 30_000, maxWaitTimeInMs: 100, retry: { retries: 0 } });
+      let joined = false;
+      let crash: Error | undefined;
+      consumer.on(consumer.events.GROUP_JOIN, () => void (joined = true));
+      consumer.on(consumer.events.CRASH, ({ payload }) => void (crash = payload.error));
+      await consumer.connect();
+      await consumer.subscribe({ topic });
+      // Resolves once the member joined, or once the refused join crashed it.
+      await consumer.run({ eachMessage: async () => undefined });
+      if (!joined) {
+        await consumer.disconnect();
+        throw new Error(`group ${groupId} is not empty: ${crash?.message ?? 'join refused'}`);
+      }
+      return consumer;
+    },
+    { timeoutMs, intervalMs: 250 },
+  );
+  return { release: () => member.disconnect() };
+}
