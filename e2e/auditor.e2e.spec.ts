@@ -1,15 +1,47 @@
 import { execFile } from 'node:child_process';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { formatReport, type AuditReport } from '@labelflow/auditor';
+import { formatReport, runAudit, type AuditReport } from '@labelflow/auditor';
 import type { ServiceName } from '@labelflow/contracts';
 import { eventually, produceRaw, queryRows, repoRoot, serviceNames, startStack, type TestStack } from '@labelflow/testing';
 import { auditStack } from './audit';
-import { claim, createProject, createTask, review, submitLabels, waitForStatus } from './saga';
+import { claim, createProject, createTask, key, review, submitLabels, waitForStatus } from './saga';
 
 const admin = { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'admin-1' };
 const rows = <R extends Record<string, unknown>>(stack: TestStack, svc: ServiceName, sql: string, values: unknown[] = []) => queryRows<R>(stack.databases[svc], sql, values);
 /** What the report blames: each violation as [invariant, task id, or project id for project-wide ones], sorted. */
 const blamed = (report: AuditReport) => report.violations.map((v) => [v.invariant, v.taskId ?? v.projectId ?? null]).sort((a, b) => String(a).localeCompare(String(b)));
+
+type Query = (text: string, values?: unknown[]) => Promise<pg.QueryResult>;
+
+/**
+ * A database whose reads of money (projects, ledger, payouts) let `between` run, and commit, after
+ * the first of them has answered and before the second one runs: the interleaving a torn read
+ * needs, made to happen instead of waited for. Every read goes to the real database, through the
+ * pool or through a connection borrowed from it.
+ */
+function interleaving(pool: pg.Pool, between: () => Promise<void>) {
+  const money = /\bFROM (projects|ledger|payouts)\b/;
+  let first: Promise<unknown> | undefined;
+  let moved: Promise<void> | undefined;
+  const around =
+    (query: Query): Query =>
+    (text, values) => {
+      if (!money.test(text)) return query(text, values);
+      if (!first) return (first = query(text, values));
+      moved ??= first.then(between);
+      return moved.then(() => query(text, values));
+    };
+  return {
+    query: around((text, values) => pool.query(text, values)),
+    connect: async () => {
+      const client = await pool.connect();
+      return { query: around((text, values) => client.query(text, values)), release: (error?: Error | boolean) => client.release(error) };
+    },
+    /** Settles once `between` has run; undefined while the auditor has made fewer than two reads of money. */
+    moved: () => moved,
+  };
+}
 
 /** No consumer lag and no unpublished outbox row, twice in a row: every effect of every event is in. */
 
@@ -85,6 +117,56 @@ describe('the auditor catches planted corruption', () => {
     expect(report.ok).toBe(true);
     expect(report.counts).toEqual({ tasks: 5, projects: 2, byStatus: { completed: 2, cancelled: 1, failed: 1, assigned: 1 } });
     expect(report.deadLetters).toEqual([]);
+  });
+
+  it('reads each database as of one instant: money that moves between its reads of the projects and of the ledger is no violation', async () => {
+    const billing = stack.http('billing-svc');
+    const before = (await billing.get<{ balance: number }>(`/projects/${projectId}`)).body.balance;
+    // The writer is billing-svc itself: a top-up inserts its ledger row and raises the balance in one transaction.
+    const topUp = async () => {
+      const res = await billing.post(`/projects/${projectId}/top-ups`, { amount: 500 }, key());
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+    };
+    const pools = serviceNames.map((name) => new pg.Pool({ connectionString: stack.databases[name], max: 2 }));
+    const [task, label, qa, billingDb] = pools as [pg.Pool, pg.Pool, pg.Pool, pg.Pool];
+    const torn = interleaving(billingDb, topUp);
+    try {
+      const report = await runAudit({ sources: { task, label, qa, billing: torn }, settleMs: 0, stuckMs: 60_000, outboxMs: 60_000 });
+      // The top-up did commit between two of the auditor's reads of money.
+      expect(torn.moved()).toBeInstanceOf(Promise);
+      await torn.moved();
+      expect(report.violations, formatReport(report)).toEqual([]);
+    } finally {
+      await Promise.all(pools.map((p) => p.end()));
+    }
+    expect((await billing.get<{ balance: number }>(`/projects/${projectId}`)).body.balance).toBe(before + 500);
+    await expectClean();
+  });
+
+  it('reads connections it is given as they are: inside the caller\'s REPEATABLE READ transaction, which it leaves open, never inside a READ COMMITTED one, and otherwise in a transaction of its own', async () => {
+    const clients = serviceNames.map((name) => new pg.Client({ connectionString: stack.databases[name] }));
+    await Promise.all(clients.map((c) => c.connect()));
+    const [task, label, qa, billing] = clients as [pg.Client, pg.Client, pg.Client, pg.Client];
+    const audit = () => runAudit({ sources: { task, label, qa, billing }, settleMs: 0, stuckMs: 60_000, outboxMs: 60_000 });
+    const statuses = () => clients.map((c) => c.getTransactionStatus());
+    try {
+      await Promise.all(clients.map((c) => c.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')));
+      const inCallers = await audit();
+      expect(inCallers.violations, formatReport(inCallers)).toEqual([]);
+      expect(statuses()).toEqual(['T', 'T', 'T', 'T']);
+      await Promise.all(clients.map((c) => c.query('COMMIT')));
+
+      await billing.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+      await expect(audit()).rejects.toThrow('a connection given inside a read committed transaction cannot be read in one snapshot');
+      await billing.query('ROLLBACK');
+
+      const ownTransaction = await audit();
+      expect(ownTransaction.violations, formatReport(ownTransaction)).toEqual([]);
+      expect(ownTransaction.counts.tasks).toBe(5);
+      expect(statuses()).toEqual(['I', 'I', 'I', 'I']);
+    } finally {
+      await Promise.all(clients.map((c) => c.end()));
+    }
   });
 
   it('reports a completed task debited twice as BILLED_ONCE, and nothing else while the balance agrees with the ledger', async () => {

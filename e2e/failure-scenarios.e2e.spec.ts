@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { eventually, queryRows, startStack, type TestStack } from '@labelflow/testing';
-import { expectAuditClean } from './audit';
+import { formatReport } from '@labelflow/auditor';
+import { auditStack, expectAuditClean } from './audit';
 import { claim, createProject, createTask, key, review, submitLabels, waitForStatus } from './saga';
 
 const admin = { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'admin-1' };
@@ -9,6 +10,7 @@ const ledgerOf = async (stack: TestStack, taskId: string) =>
   (await rows<{ kind: string; attempt: number; amount: string }>(stack, 'billing-svc', 'SELECT kind, attempt, amount FROM ledger WHERE task_id = $1 ORDER BY id', [taskId])).map((e) => [e.kind, e.attempt, Number(e.amount)]);
 const labelStatuses = async (stack: TestStack, taskId: string) => (await rows<{ attempt: number; status: string }>(stack, 'label-svc', 'SELECT attempt, status FROM labels WHERE task_id = $1 ORDER BY attempt', [taskId])).map((l) => [l.attempt, l.status]);
 const reviewStatuses = async (stack: TestStack, taskId: string) => (await rows<{ attempt: number; status: string }>(stack, 'qa-svc', 'SELECT attempt, status FROM reviews WHERE task_id = $1 ORDER BY attempt', [taskId])).map((r) => [r.attempt, r.status]);
+const MAX = Number.MAX_SAFE_INTEGER;
 const task = async (stack: TestStack, taskId: string) => (await stack.http('task-svc').get<{ status: string; attempt: number; reason: string | null }>(`/tasks/${taskId}`)).body;
 
 describe('saga failure scenarios', () => {
@@ -59,6 +61,67 @@ describe('saga failure scenarios', () => {
     expect((await task(stack, taskId)).reason).toMatch(/^INJECTED_FAILURE/);
     expect(await ledgerOf(stack, taskId)).toEqual([]);
     await expectAuditClean(stack, infra.kafkaBrokers);
+  });
+
+  /** Every invariant holds, and no service dead-lettered anything on the way. */
+  const expectAuditCleanAndNothingDeadLettered = async () => {
+    await expectAuditClean(stack, infra.kafkaBrokers);
+    const report = await auditStack(stack, infra.kafkaBrokers);
+    expect(report.deadLetters, formatReport(report)).toEqual([]);
+  };
+
+  it('fails the task with PAYOUT_LIMIT_EXCEEDED when paying the annotator would pass the largest exact amount, compensates every service and dead-letters nothing', async () => {
+    const projectId = await createProject(stack, 10_000, 300);
+    const annotator = 'ann-near-limit';
+    const held = MAX - 100;
+    // The annotator was already paid almost the largest amount a balance can hold, with the ledger credit that explains it.
+    await rows(stack, 'billing-svc', `WITH credit AS (INSERT INTO ledger (project_id, kind, annotator_id, amount) VALUES ($1, 'credit', $2, $3)) INSERT INTO payouts (annotator_id, balance) VALUES ($2, $3)`, [
+      projectId,
+      annotator,
+      String(held),
+    ]);
+    const taskId = await createTask(stack, projectId);
+    await claim(stack, taskId, annotator);
+    await submitLabels(stack, taskId, annotator);
+    await review(stack, taskId, 'approve');
+
+    await waitForStatus(stack, taskId, 'failed');
+    expect((await task(stack, taskId)).reason).toMatch(/^PAYOUT_LIMIT_EXCEEDED: /);
+    await eventually(async () => {
+      expect(await labelStatuses(stack, taskId)).toEqual([[1, 'voided']]);
+      expect(await reviewStatuses(stack, taskId)).toEqual([[1, 'revoked']]);
+    });
+    const billing = stack.http('billing-svc');
+    const billed = await billing.get<{ billings: { attempt: number; status: string; reason: string }[]; ledger: unknown[] }>(`/tasks/${taskId}/billing`);
+    expect(billed.body.billings.map((b) => [b.attempt, b.status, b.reason])).toEqual([[1, 'failed', 'PAYOUT_LIMIT_EXCEEDED']]);
+    expect(billed.body.ledger).toEqual([]);
+    expect((await billing.get<{ balance: number }>(`/annotators/${annotator}/payouts`)).body.balance).toBe(held);
+    expect((await billing.get<{ balance: number }>(`/projects/${projectId}`)).body.balance).toBe(10_000);
+    const retried = await billing.post<{ error: { code: string } }>(`/tasks/${taskId}/billing/retry`, undefined, admin);
+    expect([retried.status, retried.body.error.code]).toEqual([409, 'PAYOUT_LIMIT_EXCEEDED']);
+    expect((await task(stack, taskId)).status).toBe('failed');
+    await expectAuditCleanAndNothingDeadLettered();
+  });
+
+  it('keeps room in a project balance for every refund: a top-up that would leave none is refused, and a cancelled task is refunded in full up to the largest balance', async () => {
+    const projectId = await createProject(stack, 1_000, 250);
+    const taskId = await createTask(stack, projectId, 'refunded at the largest balance');
+    await claim(stack, taskId, 'ann-e');
+    await submitLabels(stack, taskId, 'ann-e');
+    await review(stack, taskId, 'approve');
+    await waitForStatus(stack, taskId, 'completed');
+
+    // 750 left and 250 billed: a balance topped up to the largest amount could not take the 250 back.
+    const billing = stack.http('billing-svc');
+    const over = await billing.post<{ error?: { code: string } }>(`/projects/${projectId}/top-ups`, { amount: MAX - 750 }, key());
+    expect([over.status, over.body.error?.code]).toEqual([422, 'BUDGET_OVERFLOW']);
+    const most = await billing.post<{ balance: number }>(`/projects/${projectId}/top-ups`, { amount: MAX - 1_000 }, key());
+    expect([most.status, most.body.balance]).toEqual([200, MAX - 250]);
+
+    expect((await stack.http('task-svc').post(`/tasks/${taskId}/cancel`, { reason: 'customer withdrew the sample' }, admin)).status).toBe(200);
+    await eventually(async () => expect((await billing.get<{ balance: number }>(`/projects/${projectId}`)).body.balance).toBe(MAX));
+    expect(await ledgerOf(stack, taskId)).toEqual([['debit', 1, 250], ['credit', 1, 250], ['refund', 1, 250], ['reversal', 1, 250]]);
+    await expectAuditCleanAndNothingDeadLettered();
   });
 
   it.each([

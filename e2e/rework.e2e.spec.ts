@@ -27,9 +27,10 @@ describe('the annotation saga when QA rejects the first attempt', () => {
     });
 
     await claim(stack, taskId, 'ann-2');
-    // label-svc learns the reopen and the new assignment over Kafka; submitLabels retries until it has.
-    await submitLabels(stack, taskId, 'ann-2');
-    await review(stack, taskId, 'approve');
+    // label-svc learns the reopen and the new assignment over Kafka; naming attempt 2 makes its
+    // answer a "not yet" until it has (without it, the old assignment refuses ann-2 outright).
+    await submitLabels(stack, taskId, 'ann-2', { annotatorId: 'ann-2', attempt: 2, annotations: [{ label: 'cat', confidence: 0.9 }] });
+    await review(stack, taskId, 'approve', undefined, 2);
     await waitForStatus(stack, taskId, 'completed');
 
     const task = await stack.http('task-svc').get<{ attempt: number; assignee: string }>(`/tasks/${taskId}`);

@@ -50,10 +50,14 @@ export async function submitLabels(
   await untilAccepted(() => stack.http('label-svc').post(`/tasks/${taskId}/labels`, body, { ...wait, ...headers }), 201, { status: 409, code: 'ASSIGNMENT_UNKNOWN' });
 }
 
-/** qa-svc opens the review when LabelSubmitted arrives; until then it answers 404 REVIEW_NOT_FOUND. */
-export async function review(stack: TestStack, taskId: string, decision: 'approve' | 'reject', reason?: string): Promise<void> {
+/**
+ * qa-svc opens the review when LabelSubmitted arrives; until then it answers 404 REVIEW_NOT_FOUND.
+ * A rework's review names its `attempt`: without it, the decided review of the attempt before
+ * answers 409 until the new labels arrive, and that is not a "not yet".
+ */
+export async function review(stack: TestStack, taskId: string, decision: 'approve' | 'reject', reason?: string, attempt?: number): Promise<void> {
   await untilAccepted(
-    () => stack.http('qa-svc').post(`/reviews/${taskId}`, { reviewerId: 'reviewer-1', decision, ...(reason ? { reason } : {}) }, wait),
+    () => stack.http('qa-svc').post(`/reviews/${taskId}`, { reviewerId: 'reviewer-1', decision, ...(reason ? { reason } : {}), ...(attempt ? { attempt } : {}) }, wait),
     200,
     { status: 404, code: 'REVIEW_NOT_FOUND' },
   );

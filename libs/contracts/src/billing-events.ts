@@ -2,7 +2,11 @@ import { z } from 'zod';
 import { AnnotatorId, Money, storable } from './ids';
 import { defineEvent } from './envelope';
 
-export const BillingFailureReason = z.enum(['INSUFFICIENT_BUDGET', 'PROJECT_NOT_FOUND', 'INJECTED_FAILURE']);
+/**
+ * Why billing-svc refused to bill an approved attempt. `PAYOUT_LIMIT_EXCEEDED`: crediting the
+ * annotator would take their payout balance past the largest exact amount (2^53 - 1 minor units).
+ */
+export const BillingFailureReason = z.enum(['INSUFFICIENT_BUDGET', 'PROJECT_NOT_FOUND', 'INJECTED_FAILURE', 'PAYOUT_LIMIT_EXCEEDED']);
 export type BillingFailureReason = z.infer<typeof BillingFailureReason>;
 
 export const BillingCompleted = defineEvent('BillingCompleted', 1, z.object({ annotatorId: AnnotatorId, amount: Money }));

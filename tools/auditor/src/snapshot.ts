@@ -1,6 +1,4 @@
-import type pg from 'pg';
-
-type Db = Pick<pg.Pool, 'query'>;
+import pg from 'pg';
 
 /** What the auditor reads from each service's own database (read-only, plain rows). */
 export interface Snapshot {
@@ -14,6 +12,25 @@ export interface Snapshot {
   readonly unpublished: readonly { service: string; id: string; eventType: string; createdAt: Date }[];
 }
 
+/** pg's `query(text)`: a `pg.Client`, a `pg.PoolClient` and a `pg.Pool` all have it. */
+export interface Queryable {
+  query(text: string): Promise<{ readonly rows: readonly unknown[] }>;
+}
+
+/** A connection a pool lent, given back when the database has been read. */
+interface Connection extends Queryable {
+  release(error?: Error | boolean): void;
+}
+
+/**
+ * One service's database: a pool (`pg.Pool`, or anything whose `connect()` lends a connection with
+ * `query()` and `release()`), from which the audit borrows one connection, or one connection (a
+ * `pg.Client`, connected, or a client a pool lent) that nothing else uses while the audit reads it.
+ */
+export interface Db extends Queryable {
+  connect?(): Promise<unknown>;
+}
+
 export interface Sources {
   readonly task: Db;
   readonly label: Db;
@@ -21,35 +38,149 @@ export interface Sources {
   readonly billing: Db;
 }
 
-const rows = async <R extends Record<string, unknown>>(db: Db, sql: string): Promise<R[]> => (await db.query<R>(sql)).rows;
+type Service = keyof Sources;
+type Read = <R>(sql: string) => Promise<R[]>;
 
 /**
- * Reads everything the invariants need. The services keep running meanwhile, so the snapshot is
- * not one instant: the invariants give in-flight work a grace period instead of demanding one.
+ * One database read as of one instant: a READ ONLY transaction at REPEATABLE READ on one connection.
+ * All its reads see the same committed state, so a transaction the service commits meanwhile is
+ * either wholly in the snapshot or wholly out of it: a top-up's ledger row never without its
+ * balance, a debit never without its credit.
+ */
+async function openSnapshot(db: Db): Promise<{ read: Read; close(): Promise<void> }> {
+  if (db instanceof pg.Client && db.getTransactionStatus() === 'T') return joinSnapshot(db);
+  const conn = await borrow(db);
+  try {
+    await conn.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    // PostgreSQL takes the snapshot at the first statement after BEGIN: take it now, so the
+    // databases are read as of nearly the same moment, whatever order the reads then run in.
+    await conn.query('SELECT 1');
+  } catch (error) {
+    conn.release(error instanceof Error ? error : true);
+    throw error;
+  }
+  return {
+    read: async <R>(sql: string) => (await conn.query(sql)).rows as R[],
+    async close() {
+      try {
+        // Read only: there is nothing to commit.
+        await conn.query('ROLLBACK');
+      } catch (error) {
+        // A connection that cannot even roll back is not given back to the pool for reuse.
+        conn.release(error instanceof Error ? error : true);
+        throw error;
+      }
+      conn.release();
+    },
+  };
+}
+
+/**
+ * A connection given inside a transaction its caller opened: the caller owns that transaction and
+ * ends it. Its reads share one snapshot only at REPEATABLE READ or SERIALIZABLE, so a READ
+ * COMMITTED one is refused rather than read torn.
+ */
+async function joinSnapshot(client: pg.Client): Promise<{ read: Read; close(): Promise<void> }> {
+  const { rows } = await client.query<{ transaction_isolation: string }>('SHOW transaction_isolation');
+  const isolation = rows[0]?.transaction_isolation;
+  if (isolation !== 'repeatable read' && isolation !== 'serializable') {
+    throw new Error(`a connection given inside a ${isolation} transaction cannot be read in one snapshot: give it outside any transaction, or inside a REPEATABLE READ one`);
+  }
+  return { read: async <R>(sql: string) => (await client.query(sql)).rows as R[], close: async () => undefined };
+}
+
+/** One connection of `db`: borrowed from a pool, or `db` itself when it is one (its `connect()` would open it). */
+async function borrow(db: Db): Promise<Connection> {
+  if (db instanceof pg.Client || typeof db.connect !== 'function') return { query: (text) => db.query(text), release: () => undefined };
+  const lent = await db.connect();
+  if (!isConnection(lent)) throw new Error(`a database source's connect() must lend a connection with query() and release(), as pg.Pool's does`);
+  return lent;
+}
+
+const isConnection = (c: unknown): c is Connection =>
+  typeof c === 'object' && c !== null && typeof (c as Partial<Connection>).query === 'function' && typeof (c as Partial<Connection>).release === 'function';
+
+/** Closes every snapshot, even when one fails; the first failure is thrown once all are closed. */
+async function closeAll(snapshots: readonly { close(): Promise<void> }[]): Promise<void> {
+  const failed = (await Promise.allSettled(snapshots.map((s) => s.close()))).find((c): c is PromiseRejectedResult => c.status === 'rejected');
+  if (failed) throw failed.reason;
+}
+
+/**
+ * Reads everything the invariants need, each database in one snapshot (`openSnapshot`). The four
+ * snapshots are taken together, but they are four instants, a few milliseconds apart, and
+ * the saga moves between the services through Kafka anyway: the per-task invariants give a task
+ * whose last change is younger than `settleMs` time instead of judging it (`checkInvariants`).
+ * Within one database nothing is torn: the money invariants (budget and payout balances against the
+ * ledger) hold exactly at every instant, so they are checked without a settle window.
+ *
+ * A source given for two services (one database holding both) is read in one snapshot.
  */
 export async function takeSnapshot(src: Sources): Promise<Snapshot> {
-  const [tasks, labels, assignments, reviews, projects, ledger, payouts, ...outboxes] = await Promise.all([
-    rows<{ task_id: string; project_id: string; status: string; attempt: number; lease_expires_at: Date | null; updated_at: Date }>(src.task, 'SELECT task_id, project_id, status, attempt, lease_expires_at, updated_at FROM tasks'),
-    rows<{ task_id: string; attempt: number; status: string }>(src.label, 'SELECT task_id, attempt, status FROM labels'),
-    rows<{ task_id: string; attempt: number; annotator_id: string | null }>(src.label, 'SELECT task_id, attempt, annotator_id FROM assignments'),
-    rows<{ task_id: string; attempt: number; status: string; deadline_at: Date | null }>(src.qa, 'SELECT task_id, attempt, status, deadline_at FROM reviews'),
-    rows<{ project_id: string; price_per_task: string; balance: string }>(src.billing, 'SELECT project_id, price_per_task, balance FROM projects'),
-    rows<{ project_id: string; task_id: string | null; attempt: number | null; kind: string; annotator_id: string | null; amount: string }>(src.billing, 'SELECT project_id, task_id, attempt, kind, annotator_id, amount FROM ledger'),
-    rows<{ annotator_id: string; balance: string }>(src.billing, 'SELECT annotator_id, balance FROM payouts'),
-    ...(['task', 'label', 'qa', 'billing'] as const).map((service) =>
-      rows<{ id: string; event_type: string; created_at: Date }>(src[service], 'SELECT id, event_type, created_at FROM outbox WHERE published_at IS NULL').then((r) =>
-        r.map((o) => ({ service: `${service}-svc`, id: o.id, eventType: o.event_type, createdAt: o.created_at })),
-      ),
-    ),
+  const services = ['task', 'label', 'qa', 'billing'] as const satisfies readonly Service[];
+  const distinct = [...new Set(services.map((s) => src[s]))];
+  const opened = await Promise.allSettled(distinct.map(openSnapshot));
+  const snapshots = opened.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+  const failedToOpen = opened.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+  if (failedToOpen) {
+    await closeAll(snapshots).catch(() => undefined);
+    throw failedToOpen.reason;
+  }
+  const of = (service: Service): Read => {
+    const snapshot = snapshots[distinct.indexOf(src[service])];
+    if (!snapshot) throw new Error(`no snapshot of the ${service} database`);
+    return snapshot.read;
+  };
+  let snapshot: Snapshot;
+  try {
+    snapshot = await readAll(of);
+  } catch (error) {
+    await closeAll(snapshots).catch(() => undefined);
+    throw error;
+  }
+  await closeAll(snapshots);
+  return snapshot;
+}
+
+/** Each database's reads run one after the other on its connection; the databases in parallel. */
+async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
+  const outbox = (service: Service) =>
+    of(service)<{ id: string; event_type: string; created_at: Date }>('SELECT id, event_type, created_at FROM outbox WHERE published_at IS NULL').then((r) =>
+      r.map((o) => ({ service: `${service}-svc`, id: o.id, eventType: o.event_type, createdAt: o.created_at })),
+    );
+  const [task, label, qa, billing] = await Promise.all([
+    (async () => {
+      const tasks = await of('task')<{ task_id: string; project_id: string; status: string; attempt: number; lease_expires_at: Date | null; updated_at: Date }>(
+        'SELECT task_id, project_id, status, attempt, lease_expires_at, updated_at FROM tasks',
+      );
+      return { tasks, unpublished: await outbox('task') };
+    })(),
+    (async () => {
+      const labels = await of('label')<{ task_id: string; attempt: number; status: string }>('SELECT task_id, attempt, status FROM labels');
+      const assignments = await of('label')<{ task_id: string; attempt: number; annotator_id: string | null }>('SELECT task_id, attempt, annotator_id FROM assignments');
+      return { labels, assignments, unpublished: await outbox('label') };
+    })(),
+    (async () => {
+      const reviews = await of('qa')<{ task_id: string; attempt: number; status: string; deadline_at: Date | null }>('SELECT task_id, attempt, status, deadline_at FROM reviews');
+      return { reviews, unpublished: await outbox('qa') };
+    })(),
+    (async () => {
+      const projects = await of('billing')<{ project_id: string; price_per_task: string; balance: string }>('SELECT project_id, price_per_task, balance FROM projects');
+      const ledger = await of('billing')<{ project_id: string; task_id: string | null; attempt: number | null; kind: string; annotator_id: string | null; amount: string }>(
+        'SELECT project_id, task_id, attempt, kind, annotator_id, amount FROM ledger',
+      );
+      const payouts = await of('billing')<{ annotator_id: string; balance: string }>('SELECT annotator_id, balance FROM payouts');
+      return { projects, ledger, payouts, unpublished: await outbox('billing') };
+    })(),
   ]);
   return {
-    tasks: tasks.map((t) => ({ taskId: t.task_id, projectId: t.project_id, status: t.status, attempt: t.attempt, leaseExpiresAt: t.lease_expires_at, updatedAt: t.updated_at })),
-    labels: labels.map((l) => ({ taskId: l.task_id, attempt: l.attempt, status: l.status })),
-    assignments: assignments.map((a) => ({ taskId: a.task_id, attempt: a.attempt, annotatorId: a.annotator_id })),
-    reviews: reviews.map((r) => ({ taskId: r.task_id, attempt: r.attempt, status: r.status, deadlineAt: r.deadline_at })),
-    projects: projects.map((p) => ({ projectId: p.project_id, pricePerTask: Number(p.price_per_task), balance: Number(p.balance) })),
-    ledger: ledger.map((e) => ({ projectId: e.project_id, taskId: e.task_id, attempt: e.attempt, kind: e.kind, annotatorId: e.annotator_id, amount: Number(e.amount) })),
-    payouts: payouts.map((p) => ({ annotatorId: p.annotator_id, balance: Number(p.balance) })),
-    unpublished: outboxes.flat(),
+    tasks: task.tasks.map((t) => ({ taskId: t.task_id, projectId: t.project_id, status: t.status, attempt: t.attempt, leaseExpiresAt: t.lease_expires_at, updatedAt: t.updated_at })),
+    labels: label.labels.map((l) => ({ taskId: l.task_id, attempt: l.attempt, status: l.status })),
+    assignments: label.assignments.map((a) => ({ taskId: a.task_id, attempt: a.attempt, annotatorId: a.annotator_id })),
+    reviews: qa.reviews.map((r) => ({ taskId: r.task_id, attempt: r.attempt, status: r.status, deadlineAt: r.deadline_at })),
+    projects: billing.projects.map((p) => ({ projectId: p.project_id, pricePerTask: Number(p.price_per_task), balance: Number(p.balance) })),
+    ledger: billing.ledger.map((e) => ({ projectId: e.project_id, taskId: e.task_id, attempt: e.attempt, kind: e.kind, annotatorId: e.annotator_id, amount: Number(e.amount) })),
+    payouts: billing.payouts.map((p) => ({ annotatorId: p.annotator_id, balance: Number(p.balance) })),
+    unpublished: [...task.unpublished, ...label.unpublished, ...qa.unpublished, ...billing.unpublished],
   };
 }

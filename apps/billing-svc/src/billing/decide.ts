@@ -1,6 +1,6 @@
-import type { BillingCompleted, BillingEvent, BillingFailed, BillingFailureReason, BillingRefunded, QaPassed, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
+import type { AnnotatorId, BillingCompleted, BillingEvent, BillingFailed, BillingFailureReason, BillingRefunded, QaPassed, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
-import { billingOf, BillingStatus, evolve, type AttemptBilling, type BillingTaskState } from './state';
+import { billingOf, BillingStatus, evolve, MAX_AMOUNT, payoutOf, type AttemptBilling, type BillingTaskState } from './state';
 
 export type BillingCommand =
   /** QA approved an attempt. `failurePrefix` is the test fault switch: annotators it matches fail. */
@@ -17,6 +17,7 @@ export const BillingRejections = {
   INSUFFICIENT_BUDGET: 'INSUFFICIENT_BUDGET',
   PROJECT_NOT_FOUND: 'PROJECT_NOT_FOUND',
   INJECTED_FAILURE: 'INJECTED_FAILURE',
+  PAYOUT_LIMIT_EXCEEDED: 'PAYOUT_LIMIT_EXCEEDED',
 } as const;
 export type BillingRejection = Rejection<(typeof BillingRejections)[keyof typeof BillingRejections]>;
 export type BillingDecision = Decision<EventDraft<BillingEvent>, BillingRejection>;
@@ -45,12 +46,29 @@ const injected = (prefix: string, annotatorId: string) => prefix !== '' && annot
 
 type Charge = { readonly ok: true } | { readonly ok: false; readonly reason: BillingFailureReason; readonly detail: string };
 
-/** Whether the project can pay for one more task now. */
-function chargeable({ project, taskId }: BillingTaskState, injectFailure: boolean): Charge {
+/**
+ * Whether the project can pay `annotatorId` for one more task now. Every limit the booking would
+ * hit in the database is checked here, so that reaching one is a BillingFailed the other services
+ * compensate, never a CHECK violation that dead-letters the approval and strands the saga:
+ * - the project's balance stays >= 0 (the debit);
+ * - the annotator's payout stays <= 2^53 - 1 (the credit).
+ * A refund cannot pass a limit: it returns to the project what a debit took (top-ups keep room for
+ * every outstanding debit, `projects/budget.ts`), and it reverses a credit still in the payout.
+ */
+function chargeable(state: BillingTaskState, annotatorId: AnnotatorId, injectFailure: boolean): Charge {
+  const { project, taskId } = state;
   if (injectFailure) return { ok: false, reason: 'INJECTED_FAILURE', detail: `billing of task ${taskId} failed by fault injection` };
   if (!project) return { ok: false, reason: 'PROJECT_NOT_FOUND', detail: `the task's project does not exist` };
   if (project.balance < project.pricePerTask) {
     return { ok: false, reason: 'INSUFFICIENT_BUDGET', detail: `project ${project.projectId} has ${project.balance} cents left; a task costs ${project.pricePerTask}` };
+  }
+  const payout = payoutOf(state, annotatorId);
+  if (payout > MAX_AMOUNT - project.pricePerTask) {
+    return {
+      ok: false,
+      reason: 'PAYOUT_LIMIT_EXCEEDED',
+      detail: `annotator ${annotatorId} holds ${payout} cents in payouts; ${project.pricePerTask} more would pass the largest amount, ${MAX_AMOUNT}`,
+    };
   }
   return { ok: true };
 }
@@ -65,7 +83,7 @@ function billTask(event: EventDraft<QaPassed>, injectFailure: boolean, state: Bi
   // longer holds their debit; the TaskReopened that follows then finds nothing left to refund.
   const superseded = state.billings.filter((b) => b.status === BillingStatus.completed && b.attempt < event.attempt).map((b) => refund(b, 'ATTEMPT_SUPERSEDED'));
   const current = superseded.reduce(evolve, state);
-  const charge = chargeable(current, injectFailure);
+  const charge = chargeable(current, event.payload.annotatorId, injectFailure);
   const base = { version: 1, taskId: event.taskId, projectId: event.projectId, attempt: event.attempt } as const;
   if (!charge.ok) {
     const failed: EventDraft<BillingFailed> = { ...base, type: 'BillingFailed', payload: { annotatorId: event.payload.annotatorId, reason: charge.reason, detail: charge.detail } };
@@ -80,7 +98,7 @@ function retry(injectFailure: boolean, state: BillingTaskState): BillingDecision
   const latest = state.billings[state.billings.length - 1];
   if (!latest || latest.status !== BillingStatus.failed) return reject('NOTHING_TO_RETRY', `task ${state.taskId} has no failed billing to retry`);
   if (latest.attempt < state.latestAttempt) return reject('ATTEMPT_SUPERSEDED', `attempt ${latest.attempt} was superseded by attempt ${state.latestAttempt}`);
-  const charge = chargeable(state, injectFailure);
+  const charge = chargeable(state, latest.annotatorId, injectFailure);
   // A retry that still cannot pay changes nothing: the task stays failed, the admin is told why.
   if (!charge.ok) return reject(charge.reason, charge.detail);
   return accept({

@@ -132,3 +132,61 @@ describe('billing-svc: compensations', () => {
     expect(late.after.project?.balance).toBe(0);
   });
 });
+
+describe('billing-svc: the limits of an amount', () => {
+  const MAX = Number.MAX_SAFE_INTEGER;
+  const ann2 = 'ann-2' as AnnotatorId;
+  /** The state with an annotator's payout balance as billing-svc loaded it. */
+  const paid = (state: BillingTaskState, annotatorId: AnnotatorId, balance: number): BillingTaskState => ({ ...state, payouts: { ...state.payouts, [annotatorId]: balance } });
+  const failure = (d: BillingDecision) => (d.ok ? d.events.find((e) => e.type === 'BillingFailed') : undefined);
+
+  it('fails with PAYOUT_LIMIT_EXCEEDED and moves no money when crediting the annotator would pass the largest exact amount', () => {
+    const state = paid(given(project(10_000)), ann, MAX - 499);
+    const { decision, after } = run(state, bill());
+    expect(types(decision)).toEqual(['BillingFailed']);
+    expect(failure(decision)?.payload).toMatchObject({ annotatorId: ann, reason: 'PAYOUT_LIMIT_EXCEEDED', detail: expect.stringContaining(ann) });
+    expect(after.project?.balance).toBe(10_000);
+    expect(after.payouts[ann]).toBe(MAX - 499);
+    expect(after.billings.map((b) => [b.status, b.reason])).toEqual([['failed', 'PAYOUT_LIMIT_EXCEEDED']]);
+  });
+
+  it('pays an annotator up to exactly the largest exact amount', () => {
+    const { decision, after } = run(paid(given(project(10_000)), ann, MAX - 500), bill());
+    expect(types(decision)).toEqual(['BillingCompleted']);
+    expect(after.payouts[ann]).toBe(MAX);
+  });
+
+  it('tracks the payout it credits, so a later check of the same annotator counts it', () => {
+    const billed = completed(paid(given(project(10_000)), ann, 100));
+    expect(billed.payouts[ann]).toBe(600);
+    expect(run(billed, observe(cancelled())).after.payouts[ann]).toBe(100);
+  });
+
+  it('checks the annotator of a newer attempt against their own payout, after reversing the superseded attempt', () => {
+    const billedOnce = completed(paid(given(project(10_000)), ann, 0));
+    const { decision, after } = run(paid(billedOnce, ann2, MAX - 1), bill(qaPassed(2, ann2)));
+    expect(types(decision)).toEqual(['BillingRefunded', 'BillingFailed']);
+    expect(failure(decision)?.payload.reason).toBe('PAYOUT_LIMIT_EXCEEDED');
+    expect(after.payouts).toEqual({ [ann]: 0, [ann2]: MAX - 1 });
+    expect(after.project?.balance).toBe(10_000);
+  });
+
+  it('counts the reversal of a superseded attempt before checking the limit of the same annotator reworking it', () => {
+    // ann holds exactly the largest amount, 500 of it for attempt 1: the reversal makes room for attempt 2.
+    const billedOnce = completed(paid(given(project(10_000)), ann, MAX - 500));
+    expect(billedOnce.payouts[ann]).toBe(MAX);
+    const { decision, after } = run(billedOnce, bill(qaPassed(2)));
+    expect(types(decision)).toEqual(['BillingRefunded', 'BillingCompleted']);
+    expect(after.payouts[ann]).toBe(MAX);
+  });
+
+  it('tells the admin who retries that the payout limit still stands, and changes nothing', () => {
+    const failed = completed(paid(given(project(10_000)), ann, MAX - 1));
+    expect(run(failed, retry())).toEqual({ decision: { ok: false, reason: expect.objectContaining({ code: 'PAYOUT_LIMIT_EXCEEDED' }) }, after: failed });
+  });
+
+  it('reports a short budget before the payout limit', () => {
+    const { decision } = run(paid(given(project(100)), ann, MAX), bill());
+    expect(failure(decision)?.payload.reason).toBe('INSUFFICIENT_BUDGET');
+  });
+});

@@ -13,6 +13,8 @@ export const decider = { decide, evolve };
 export function executeBilling(tx: PoolClient, command: BillingCommand) {
   const taskId = command.type === 'RetryBilling' ? command.taskId : command.event.taskId;
   const projectHint = command.type === 'RetryBilling' ? null : command.event.projectId;
-  const store = { load: () => loadBillingTask(tx, taskId as TaskId, projectHint as ProjectId | null), save: saveBillingTask };
+  // A retry pays the annotator of the failed billing, which the load adds from the billings.
+  const annotators = command.type === 'BillTask' ? [command.event.payload.annotatorId] : [];
+  const store = { load: () => loadBillingTask(tx, taskId as TaskId, projectHint as ProjectId | null, { annotators }), save: saveBillingTask };
   return execute(tx, { decider, store }, taskId, command, command.type === 'Observe' ? [command.event] : []);
 }

@@ -1,4 +1,4 @@
-import type { AnnotatorId, Money, ProjectId, TaskId } from '@labelflow/contracts';
+import type { AnnotatorId, DomainEvent, Money, ProjectId, TaskId } from '@labelflow/contracts';
 import { ServiceKitError, ServiceKitErrors, sortedTaskIds, type BatchStore, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { appendLedger, loadProject, saveBalance, type LedgerEntry } from '../projects/repository';
 import { BillingStatus, emptyBilling, type AttemptBilling, type BillingTaskState } from './state';
@@ -32,37 +32,81 @@ export async function listBillings(db: Queryable, taskId: TaskId): Promise<Billi
   return rows.map(toBilling);
 }
 
+/** The payout rows a task's load reads and locks, besides those of the annotators of its billings. */
+export interface PayoutRows {
+  /** The approved annotator of a QaPassed (who may be paid). */
+  readonly annotators?: readonly AnnotatorId[];
+  /** A batch created and locked these rows up front already: read them, without inserting. */
+  readonly locked?: boolean;
+}
+
 /**
- * Loads what billing knows of a task, locking its tombstone row and its project's row: every
- * change to one task's billing, and every balance change of one project, applies one at a time.
+ * Loads what billing knows of a task, locking its tombstone row, its project's row and the payout
+ * rows of its annotators: every change to one task's billing, every balance change of one project
+ * and every change to one annotator's payout applies one at a time, so the limits decide checks
+ * against are the balances the booking then moves.
  */
-export async function loadBillingTask(tx: PoolClient, taskId: TaskId, projectHint: ProjectId | null): Promise<BillingTaskState> {
+export async function loadBillingTask(tx: PoolClient, taskId: TaskId, projectHint: ProjectId | null, payoutRows: PayoutRows = {}): Promise<BillingTaskState> {
   await tx.query('INSERT INTO billing_tasks (task_id) VALUES ($1) ON CONFLICT (task_id) DO NOTHING', [taskId]);
   const { rows: marks } = await tx.query<{ latest_attempt: number; cancelled_at: Date | null }>('SELECT latest_attempt, cancelled_at FROM billing_tasks WHERE task_id = $1 FOR UPDATE', [taskId]);
   const billings = await listBillings(tx, taskId);
   const projectId = billings[0]?.projectId ?? projectHint;
   const project = projectId ? await loadProject(tx, projectId, { forUpdate: true }) : null;
+  const annotators = [...(payoutRows.annotators ?? []), ...billings.map((b) => b.annotatorId)];
+  if (!payoutRows.locked) await ensurePayoutRows(tx, annotators);
+  const payouts = await lockPayouts(tx, annotators);
   const mark = marks[0];
-  return { ...emptyBilling(taskId, project), billings, cancelled: mark?.cancelled_at != null, latestAttempt: mark?.latest_attempt ?? 1 };
+  return { ...emptyBilling(taskId, project, payouts), billings, cancelled: mark?.cancelled_at != null, latestAttempt: mark?.latest_attempt ?? 1 };
 }
 
 /**
- * A consumed batch's billing states. Its task rows, then its projects' rows, are locked up front in
- * id order, so batches that share tasks or projects queue instead of deadlocking. Each event then
- * loads and saves its task inside the batch's transaction: tasks of one project share its balance,
- * and every transition books its own ledger entries, which a load-once/save-once unit would merge.
+ * Creates a zero payout row for each annotator that has none, so that the lock taken next covers
+ * every payout a decision may move: two first credits of one annotator queue on the row instead of
+ * both deciding against a balance of 0.
+ */
+async function ensurePayoutRows(tx: PoolClient, annotators: readonly AnnotatorId[]): Promise<void> {
+  if (annotators.length === 0) return;
+  await tx.query('INSERT INTO payouts (annotator_id, balance) SELECT a, 0 FROM unnest($1::text[]) AS a ORDER BY 1 ON CONFLICT (annotator_id) DO NOTHING', [[...new Set(annotators)]]);
+}
+
+/** Locks the annotators' payout rows, in id order, and returns their balances. */
+async function lockPayouts(tx: PoolClient, annotators: readonly AnnotatorId[]): Promise<Record<string, Money>> {
+  if (annotators.length === 0) return {};
+  const { rows } = await tx.query<{ annotator_id: string; balance: string }>(
+    'SELECT annotator_id, balance FROM payouts WHERE annotator_id = ANY($1::text[]) ORDER BY annotator_id FOR UPDATE',
+    [[...new Set(annotators)]],
+  );
+  return Object.fromEntries(rows.map((r) => [r.annotator_id, Number(r.balance)]));
+}
+
+const approvedAnnotator = (event: DomainEvent): AnnotatorId | null => (event.type === 'QaPassed' ? event.payload.annotatorId : null);
+
+/**
+ * A consumed batch's billing states. Its task rows, then its projects' rows, then its annotators'
+ * payout rows are locked up front in id order, so batches that share tasks, projects or annotators
+ * queue instead of deadlocking. Each event then loads and saves its task inside the batch's
+ * transaction: tasks of one project share its balance, tasks of one annotator their payout, and
+ * every transition books its own ledger entries, which a load-once/save-once unit would merge.
  */
 export const billingBatchStore: BatchStore<BillingTaskState> = {
   async open(tx, events) {
     const taskIds = sortedTaskIds(events);
     await tx.query('INSERT INTO billing_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [taskIds]);
     await tx.query('SELECT 1 FROM billing_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [taskIds]);
-    const { rows } = await tx.query<{ project_id: string }>('SELECT DISTINCT project_id FROM billings WHERE task_id = ANY($1::text[])', [taskIds]);
+    const { rows } = await tx.query<{ project_id: string; annotator_id: string }>('SELECT DISTINCT project_id, annotator_id FROM billings WHERE task_id = ANY($1::text[])', [taskIds]);
     const projectIds = [...new Set([...events.map((e) => e.projectId), ...rows.map((r) => r.project_id)])].sort();
     await tx.query('SELECT 1 FROM projects WHERE project_id = ANY($1::uuid[]) ORDER BY project_id FOR UPDATE', [projectIds]);
+    const approved = new Map<string, AnnotatorId[]>();
+    for (const e of events) {
+      const annotator = approvedAnnotator(e);
+      if (annotator) approved.set(e.taskId, [...(approved.get(e.taskId) ?? []), annotator]);
+    }
+    const annotators = [...rows.map((r) => r.annotator_id as AnnotatorId), ...[...approved.values()].flat()];
+    await ensurePayoutRows(tx, annotators);
+    await lockPayouts(tx, annotators);
     const hints = new Map<string, ProjectId>(events.map((e) => [e.taskId, e.projectId as ProjectId]));
     return {
-      get: (taskId) => loadBillingTask(tx, taskId as TaskId, hints.get(taskId) ?? null),
+      get: (taskId) => loadBillingTask(tx, taskId as TaskId, hints.get(taskId) ?? null, { annotators: approved.get(taskId) ?? [], locked: true }),
       set: (_taskId, previous, next) => saveBillingTask(tx, previous, next),
       save: async () => undefined,
     };

@@ -19,6 +19,7 @@ const statusFor: Record<BillingRejection['code'], number> = {
   INSUFFICIENT_BUDGET: 409,
   PROJECT_NOT_FOUND: 409,
   INJECTED_FAILURE: 409,
+  PAYOUT_LIMIT_EXCEEDED: 409,
 };
 
 export function billingRoutes(app: FastifyInstance, ctx: ServiceContext<BillingSvcConfig>): void {

@@ -1,6 +1,9 @@
 import type { AnnotatorId, BillingEvent, BillingFailureReason, Money, ProjectId, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
 
+/** The largest amount any balance may hold: the CHECK on every money column (migrations.ts), and the last exact JS integer. */
+export const MAX_AMOUNT = Number.MAX_SAFE_INTEGER;
+
 export const BillingStatus = { completed: 'completed', failed: 'failed', refunded: 'refunded' } as const;
 export type BillingStatus = (typeof BillingStatus)[keyof typeof BillingStatus];
 
@@ -35,11 +38,25 @@ export interface BillingTaskState {
   readonly billings: readonly AttemptBilling[];
   readonly cancelled: boolean;
   readonly latestAttempt: number;
+  /**
+   * Payout balances, by annotator, of everyone this task's billing may credit or reverse (the
+   * approved annotator and those of its billed attempts), as loaded and as the transitions move
+   * them. An annotator missing here has no payout yet (0).
+   */
+  readonly payouts: Readonly<Record<string, Money>>;
 }
 
 export type BillingStateEvent = EventDraft<BillingEvent | TaskCancelled | TaskReopened>;
 
-export const emptyBilling = (taskId: TaskId, project: ProjectBudget | null = null): BillingTaskState => ({ taskId, project, billings: [], cancelled: false, latestAttempt: 1 });
+export const emptyBilling = (taskId: TaskId, project: ProjectBudget | null = null, payouts: Readonly<Record<string, Money>> = {}): BillingTaskState => ({
+  taskId,
+  project,
+  billings: [],
+  cancelled: false,
+  latestAttempt: 1,
+  payouts,
+});
+export const payoutOf = (state: BillingTaskState, annotatorId: AnnotatorId): Money => state.payouts[annotatorId] ?? 0;
 
 export const billingOf = (state: BillingTaskState, attempt: number): AttemptBilling | undefined => state.billings.find((b) => b.attempt === attempt);
 
@@ -49,6 +66,7 @@ const upsert = (state: BillingTaskState, billing: AttemptBilling): BillingTaskSt
 });
 
 const moveBalance = (project: ProjectBudget | null, delta: number): ProjectBudget | null => project && { ...project, balance: project.balance + delta };
+const movePayout = (state: BillingTaskState, annotatorId: AnnotatorId, delta: number): BillingTaskState['payouts'] => ({ ...state.payouts, [annotatorId]: payoutOf(state, annotatorId) + delta });
 
 export function evolve(state: BillingTaskState, event: BillingStateEvent): BillingTaskState {
   const { taskId, attempt, projectId } = event;
@@ -56,7 +74,7 @@ export function evolve(state: BillingTaskState, event: BillingStateEvent): Billi
     case 'BillingCompleted': {
       const { annotatorId, amount } = event.payload;
       const billed = upsert(state, { taskId, attempt, projectId, annotatorId, status: BillingStatus.completed, amount, reason: null });
-      return { ...billed, project: moveBalance(state.project, -amount) };
+      return { ...billed, project: moveBalance(state.project, -amount), payouts: movePayout(state, annotatorId, amount) };
     }
     case 'BillingFailed': {
       // Record what the attempt would have cost, so a failed row explains the shortfall.
@@ -68,7 +86,7 @@ export function evolve(state: BillingTaskState, event: BillingStateEvent): Billi
       const billing = billingOf(state, attempt);
       if (!billing) return state;
       const refunded = upsert(state, { ...billing, status: BillingStatus.refunded, reason: event.payload.reason });
-      return { ...refunded, project: moveBalance(state.project, event.payload.amount) };
+      return { ...refunded, project: moveBalance(state.project, event.payload.amount), payouts: movePayout(state, billing.annotatorId, -event.payload.amount) };
     }
     case 'TaskCancelled':
       return state.cancelled ? state : { ...state, cancelled: true };

@@ -1,4 +1,5 @@
 import type { Money, ProjectId, Result } from '@labelflow/contracts';
+import { MAX_AMOUNT } from '../billing/state';
 import type { LedgerEntry } from './repository';
 
 export const ProjectRejections = { BUDGET_OVERFLOW: 'BUDGET_OVERFLOW' } as const;
@@ -9,9 +10,23 @@ export const openingLedger = (projectId: ProjectId, budget: Money): LedgerEntry[
 
 export const topUpEntry = (projectId: ProjectId, amount: Money): LedgerEntry => ({ projectId, kind: 'topup', amount, taskId: null, attempt: null, annotatorId: null });
 
-/** The balance after a top-up; beyond 2^53 cents a balance would no longer be an exact number. */
-export function topUp(balance: Money, amount: Money): Result<Money, ProjectRejection> {
-  const next = balance + amount;
-  if (!Number.isSafeInteger(next)) return { ok: false, reason: { code: 'BUDGET_OVERFLOW', message: `a balance of ${balance} plus ${amount} exceeds the largest amount` } };
-  return { ok: true, value: next };
+/**
+ * The balance after a top-up. Beyond 2^53 - 1 cents a balance would no longer be an exact number,
+ * and the database refuses it. `outstanding` is what the project has been debited and not refunded:
+ * a cancellation or a reopen gives it back, and billing-svc's consumer cannot refuse that refund, so
+ * the room for it is kept here. A top-up may raise the balance only as far as every outstanding
+ * debit could still be refunded into it without passing the limit.
+ */
+export function topUp(project: { readonly balance: Money; readonly outstanding: Money }, amount: Money): Result<Money, ProjectRejection> {
+  const { balance, outstanding } = project;
+  if (amount > MAX_AMOUNT - balance - outstanding) {
+    return {
+      ok: false,
+      reason: {
+        code: 'BUDGET_OVERFLOW',
+        message: `a balance of ${balance}, plus ${outstanding} billed that refunds may return, plus ${amount} exceeds the largest amount, ${MAX_AMOUNT}`,
+      },
+    };
+  }
+  return { ok: true, value: balance + amount };
 }

@@ -16,10 +16,16 @@ describe('openingLedger', () => {
 
 describe('topUp', () => {
   it('raises the balance by the amount', () => {
-    expect(topUp(1_000, 250)).toEqual({ ok: true, value: 1_250 });
+    expect(topUp({ balance: 1_000, outstanding: 0 }, 250)).toEqual({ ok: true, value: 1_250 });
   });
 
   it('rejects a top-up that would push the balance past the largest exact amount', () => {
-    expect(topUp(Number.MAX_SAFE_INTEGER, 1)).toMatchObject({ ok: false, reason: { code: 'BUDGET_OVERFLOW' } });
+    expect(topUp({ balance: Number.MAX_SAFE_INTEGER, outstanding: 0 }, 1)).toMatchObject({ ok: false, reason: { code: 'BUDGET_OVERFLOW' } });
+  });
+
+  it('keeps room for refunding everything billed: a top-up may fill the balance only up to the largest amount minus what a refund may return', () => {
+    const project = { balance: 750, outstanding: 250 };
+    expect(topUp(project, Number.MAX_SAFE_INTEGER - 1_000)).toEqual({ ok: true, value: Number.MAX_SAFE_INTEGER - 250 });
+    expect(topUp(project, Number.MAX_SAFE_INTEGER - 999)).toMatchObject({ ok: false, reason: { code: 'BUDGET_OVERFLOW', message: expect.stringContaining('250') } });
   });
 });

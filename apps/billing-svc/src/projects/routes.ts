@@ -61,7 +61,10 @@ export function projectRoutes(app: FastifyInstance, ctx: ServiceContext<BillingS
     return request.idempotent({ required: true, project: projectId }, async (tx) => {
       const project = await loadProject(tx, projectId, { forUpdate: true });
       if (!project) throw notFound(projectId);
-      const next = topUp(project.balance, amount);
+      // The project row is locked: no debit or refund can change the totals until this commits.
+      const totals = await loadProjectSummary(tx, projectId);
+      const outstanding = totals ? totals.totalDebited - totals.totalRefunded : 0;
+      const next = topUp({ balance: project.balance, outstanding }, amount);
       if (!next.ok) throw new HttpError(422, next.reason.code, next.reason.message);
       await saveBalance(tx, projectId, next.value, project.version);
       await appendLedger(tx, [topUpEntry(projectId, amount)]);
