@@ -186,6 +186,33 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     expect(await outcome(metrics, 'in_flight')).toBe(1);
   });
 
+  it('runs the retry of a request whose process died mid-command, instead of answering 409 until its Redis lock expires', async () => {
+    const { http } = await start({ lockMs: 60_000 });
+    const key = randomUUID();
+    const name = uniqueName('orphaned');
+    const hold = barrier();
+    holds.set(name, hold);
+    const first = post(http, { name }, key);
+    await hold.hasEntered;
+    // The first request's process "dies": its database session goes (its transaction rolls back),
+    // while the lock it took in Redis stays for lockMs, as after a SIGKILL.
+    const { rows } = await pool.query<{ pid: number }>(
+      `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()`,
+    );
+    expect(rows).toHaveLength(1);
+    await pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+    holds.delete(name); // the retry's own command must not wait on the dead one's barrier
+
+    const retried = await post(http, { name }, key);
+    expect(retried.status, JSON.stringify(retried.body)).toBe(201);
+    expect(await effects(name)).toBe(1);
+    hold.release();
+    await first.catch(() => undefined);
+    expect(await effects(name)).toBe(1);
+    const replayed = await post(http, { name }, key);
+    expect([replayed.status, replayed.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
+  });
+
   it('answers 422 problem+json when the key is reused for a different request', async () => {
     const { http, metrics } = await start();
     const key = randomUUID();

@@ -139,6 +139,16 @@ const asStored = (result: IdempotentResult): StoredResponse => {
 
 const isLockTimeout = (error: unknown) => (error as { code?: string }).code === '55P03';
 
+/**
+ * How long a request that found another owner's lock in Redis, and no committed response, waits
+ * on PostgreSQL's claim before answering 409: long enough for a live owner's row lock to show,
+ * short enough that the client hears "in flight" at once.
+ */
+const LIVE_OWNER_PROBE_MS = 200;
+
+/** Marks a pooled client that already has its error listener, whichever plugin instance added it. */
+const GUARDED = Symbol.for('labelflow.idempotency.error-listener');
+
 /** The claim waited out its lock timeout: another request holds the key. */
 class ClaimTimedOut extends Error {
   constructor(cause: unknown) {
@@ -188,6 +198,16 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     }
   }
 
+  // pg-pool drops its idle error listener on checkout and pg emits 'error' when a checked-out
+  // client's connection ends (a restart, pg_terminate_backend): unheard, that kills the process.
+  // The query in flight rejects with the cause, which is what the command's caller acts on.
+  const guard = (client: pg.PoolClient) => {
+    const marked = client as pg.PoolClient & { [GUARDED]?: true };
+    if (marked[GUARDED]) return;
+    marked[GUARDED] = true;
+    client.on('error', () => undefined);
+  };
+
   // fastify gives a handler the request and the reply, but `request.idempotent` needs the reply.
   const replies = new WeakMap<FastifyRequest, FastifyReply>();
   app.addHook('onRequest', (request, reply, done) => {
@@ -203,12 +223,13 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
    * Opens the command's transaction, runs `claim` (if any) and then the command. On `ran` the
    * transaction is still open and the caller must finish it and release the client.
    */
-  async function execute(command: IdempotentCommand, key: string | undefined, claim?: (tx: pg.PoolClient) => Promise<IdempotencyRecord | undefined>): Promise<Executed> {
+  async function execute(command: IdempotentCommand, key: string | undefined, claimWaitMs?: number, claim?: (tx: pg.PoolClient) => Promise<IdempotencyRecord | undefined>): Promise<Executed> {
     const client = await pool.connect();
+    guard(client);
     try {
       // One round trip: the lock timeout bounds the wait for another request holding the same key
       // (and, as a safety net, any lock the command waits for: it then fails as transient, 503).
-      await client.query(claim ? `BEGIN; SET LOCAL lock_timeout = ${lockMs}` : 'BEGIN');
+      await client.query(claim ? `BEGIN; SET LOCAL lock_timeout = ${Math.max(1, Math.floor(claimWaitMs ?? lockMs))}` : 'BEGIN');
       const existing = claim ? await claim(client) : undefined;
       if (existing) {
         await client.query('ROLLBACK');
@@ -280,10 +301,13 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
         await cache(committed);
         return replay(reply, committed, fingerprint, key);
       }
-      count(IdempotencyOutcome.inFlight);
-      return sendProblem(reply, IdempotencyErrors.KEY_IN_FLIGHT, `a request with Idempotency-Key ${key} is still being processed; retry later with the same key`);
+      // Nothing committed: the lock's owner is still running, or its process died mid-command
+      // (a SIGKILL leaves the lock for lockMs). PostgreSQL tells them apart below: a live owner
+      // holds the claimed row, and the claim then times out at once into the same 409; a dead
+      // owner's transaction is gone with its connection, and this retry claims the key and runs.
     }
     const ownLock = seen?.kind === 'acquired';
+    const claimWaitMs = seen?.kind === 'locked' ? Math.min(lockMs, LIVE_OWNER_PROBE_MS) : lockMs;
     // Released even when `begin` failed or timed out: Redis may still have run it and set our lock,
     // which would answer the client's retry 409 for lockMs. The release is owner-checked.
     const releaseLock = () => viaRedis('release', (t) => t.release(redisKey, fingerprint, owner));
@@ -293,7 +317,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     const expiresAt = new Date(createdAt + ttlMs);
     let run: Executed;
     try {
-      run = await execute(command, key, async (tx) => {
+      run = await execute(command, key, claimWaitMs, async (tx) => {
         try {
           const claim = await claimIdempotencyKey(tx, { scope, key, fingerprint, now: new Date(createdAt), expiresAt });
           return claim.claimed ? undefined : claim.record;
