@@ -20,6 +20,7 @@ import { createClient } from '@redis/client';
 import { IdempotencyConfig, makeIdempotent } from '@aws-lambda-powertools/idempotency';
 import { CachePersistenceLayer } from '@aws-lambda-powertools/idempotency/cache';
 import { BloomFilter, createRedisTier, DedupConfigShape, formatKey, inboxMigrationSql, RecentKeys, recordInInbox, recordManyInInbox, RedisVerdict, type DedupKey, type InboxEntry } from '@labelflow/dedup';
+import { fmtRate, median, percentile, positiveInt, redactUrl, runBench } from './common';
 
 const { values: args } = parseArgs({
   options: {
@@ -53,12 +54,6 @@ const RUN_ID = `${Date.now().toString(36)}${randomUUID().slice(0, 6)}`;
 const NS = `lf:bench:dedup:${RUN_ID}`;
 const DB_NAME = `lf_bench_dedup_${RUN_ID}`.toLowerCase();
 const EVENT_TYPE = 'LabelSubmitted';
-
-function positiveInt(name: string, raw: string | undefined): number {
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${raw}`);
-  return n;
-}
 
 // ---------------------------------------------------------------- measurement
 
@@ -96,12 +91,6 @@ const batchedVsCeiling: number[] = [];
 const batchedVsPeer: number[] = [];
 const isResult = (r: Result | Skipped | undefined): r is Result => r !== undefined && 'keysPerSec' in r;
 
-function percentile(sorted: Float64Array | number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[rank] ?? NaN;
-}
-const median = (xs: readonly number[]) => percentile([...xs].sort((a, b) => a - b), 50);
 
 /** Runs `count` ops with `concurrency` in flight; each op's latency is recorded. */
 async function runOps(count: number, concurrency: number, op: (i: number) => Promise<void>): Promise<{ latencies: Float64Array; elapsedMs: number }> {
@@ -237,7 +226,6 @@ const redisKey = (k: DedupKey) => `${NS}:${formatKey(k)}`; // the gate's key sch
 const entryOf = (k: DedupKey, i: number): InboxEntry => ({ ...k, eventId: randomUUID(), source: `labelflow.bench/0@${i}` });
 const batchOf = <T>(items: readonly T[], b: number): T[] => items.slice(b * B, b * B + B);
 
-const fmtRate = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : 'n/a');
 function fmtMs(ms: number): string {
   if (!Number.isFinite(ms)) return 'n/a';
   if (ms < 0.1) return `${(ms * 1000).toFixed(1)} µs`;
@@ -681,21 +669,4 @@ async function cleanup(redis: Redis, pool: pg.Pool, admin: pg.Client, ptClient: 
   await step('pg admin', () => admin.end());
 }
 
-function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return url;
-  }
-}
-
-main().then(
-  (code) => process.exit(code),
-  (error) => {
-    // Missed targets never fail the run (exit 0 above); a bench that could not run at all does.
-    console.error('dedup bench failed:', error);
-    process.exit(1);
-  },
-);
+runBench('dedup', main);

@@ -46,6 +46,7 @@ import { createLogger, createMetrics, installTracePropagation, type Logger, type
 import { QaSvcConfig } from '../apps/qa-svc/src/config';
 import { migrations as qaMigrations } from '../apps/qa-svc/src/migrations';
 import { reviewConsumer } from '../apps/qa-svc/src/reviews/reactions';
+import { fmtRate, machineCpu, median, positiveInt, redactUrl, runBench, sleep } from './common';
 
 const { values: args } = parseArgs({
   options: {
@@ -97,12 +98,6 @@ const KEY_TTL_MS = 600_000;
 const POLL_MS = 5;
 /** Diagnostic: ANALYZE the outbox before the relay pass (planner statistics autovacuum has not gathered yet). */
 const RELAY_ANALYZE = args['relay-analyze'] === true;
-
-function positiveInt(name: string, raw: string | undefined): number {
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${raw}`);
-  return n;
-}
 
 const progress = (line: string) => process.stderr.write(`${line}\n`);
 
@@ -204,30 +199,11 @@ async function produce(kafka: Kafka, topic: string, workload: Workload): Promise
 
 // ---------------------------------------------------------------- measurement helpers
 
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[rank] ?? NaN;
-}
-const median = (xs: readonly number[]) => percentile([...xs].sort((a, b) => a - b), 50);
-const fmtRate = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : 'n/a');
 const fmtX = (n: number | null | undefined) => (n === null || n === undefined || !Number.isFinite(n) ? 'n/a' : `${n.toFixed(2)}x`);
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** CLOCK_MONOTONIC in µs: the clock of V8's .cpuprofile timestamps, so profiles can be cut to a window. */
 const monoUs = () => Number(process.hrtime.bigint() / 1000n);
 
 /** Machine-wide CPU (all cores, every process: Kafka, PostgreSQL and Redis share the box). */
-function machineCpu(): { busy: number; total: number } {
-  try {
-    const line = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '').trim().split(/\s+/).slice(1).map(Number);
-    const idle = (line[3] ?? 0) + (line[4] ?? 0);
-    const total = line.reduce((a, b) => a + b, 0);
-    return { busy: total - idle, total };
-  } catch {
-    return { busy: NaN, total: NaN };
-  }
-}
-
 interface Timed {
   /** From the group join (first assignment) to the last message accounted for. */
   readonly ms: number;
@@ -857,21 +833,4 @@ function codeUnderTest(): { commit: string; dirty: boolean; files: Record<string
   return { commit: git('rev-parse', 'HEAD') || 'unknown', dirty: git('status', '--porcelain', '--untracked-files=no') !== '', files: hashes };
 }
 
-function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return url;
-  }
-}
-
-main().then(
-  (code) => process.exit(code),
-  (error) => {
-    // Missed targets never fail the run (exit 0 above); a bench that could not run at all does.
-    console.error('pipeline bench failed:', error);
-    process.exit(1);
-  },
-);
+runBench('pipeline', main);

@@ -17,6 +17,7 @@ import { Partitioners, type Admin, type Producer } from 'kafkajs';
 import { createKafka, createPublisher, type KafkaPublisher } from '@labelflow/messaging';
 import { createOutboxRelay, outboxMigrationSql, type Publisher } from '@labelflow/outbox';
 import { createLogger, createMetrics } from '@labelflow/telemetry';
+import { fmtRate, median, positiveInt, redactUrl, runBench, sleep } from './common';
 
 const { values: args } = parseArgs({
   options: {
@@ -73,13 +74,6 @@ function nonNegativeInt(name: string, raw: string | undefined): number {
   return n;
 }
 
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-function positiveInt(name: string, raw: string | undefined): number {
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${raw}`);
-  return n;
-}
 
 // ---------------------------------------------------------------- workload
 
@@ -178,13 +172,6 @@ interface State {
 
 const isResult = (r: Result | Skipped | undefined): r is Result => r !== undefined && 'rowsPerSec' in r;
 
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[rank] ?? NaN;
-}
-const median = (xs: readonly number[]) => percentile([...xs].sort((a, b) => a - b), 50);
-const fmtRate = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : 'n/a');
 
 async function runRound(state: State, round: number, messages: readonly BenchMessage[], warmup: readonly BenchMessage[]): Promise<void> {
   const { spec } = state;
@@ -494,21 +481,4 @@ async function cleanup(c: { admin: Admin; created: string[]; pool: pg.Pool; pgAd
   await step('pg admin', () => c.pgAdmin.end());
 }
 
-function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return url;
-  }
-}
-
-main().then(
-  (code) => process.exit(code),
-  (error) => {
-    // A missed target never fails the run (exit 0 above); a bench that could not run at all does.
-    console.error('relay bench failed:', error);
-    process.exit(1);
-  },
-);
+runBench('relay', main);

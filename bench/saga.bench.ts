@@ -25,6 +25,7 @@ import pg from 'pg';
 import { client, runScenario, Scenario, type ScenarioContext, type Services, type Step, type StepTally, type TaskRun } from '@labelflow/producer';
 // Not exported by the producer's index: imported from its module file.
 import { startDuplicator, type Duplicator } from '../tools/producer/src/duplicator';
+import { machineCpu, percentile, runBench, sleep } from './common';
 
 const { values: args } = parseArgs({
   options: {
@@ -134,11 +135,6 @@ function ladder(): number[] {
 const RATES = ladder();
 
 const progress = (line: string) => process.stderr.write(`${line}\n`);
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? NaN;
-}
 const fmtMs = (ms: number) => (!Number.isFinite(ms) ? 'n/a' : ms >= 10_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms)} ms`);
 const fmt1 = (n: number | undefined) => (n === undefined || !Number.isFinite(n) ? 'n/a' : n >= 100 ? n.toFixed(0) : n.toFixed(1));
 const fmtRate = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(1));
@@ -343,18 +339,6 @@ interface Snapshot {
   readonly driverUs: number;
   readonly machine: { readonly busy: number; readonly total: number };
   readonly at: number;
-}
-
-function machineCpu(): { busy: number; total: number } {
-  try {
-    const line = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '').trim().split(/\s+/).slice(1).map(Number);
-    // user nice system idle iowait irq softirq steal (guest time is inside user): steal is the hypervisor's, not ours.
-    const at = (i: number) => line[i] ?? 0;
-    const busy = at(0) + at(1) + at(2) + at(5) + at(6);
-    return { busy, total: busy + at(3) + at(4) };
-  } catch {
-    return { busy: NaN, total: NaN };
-  }
 }
 
 function snapshot(targets: Partial<Record<Column, Target>>): Snapshot {
@@ -1143,11 +1127,4 @@ async function main(): Promise<number> {
   return 0;
 }
 
-main().then(
-  (code) => process.exit(code),
-  (error) => {
-    // Missed targets never fail the run (exit 0 above); a bench that could not run at all does.
-    console.error('saga bench failed:', error);
-    process.exit(1);
-  },
-);
+runBench('saga', main);
