@@ -499,7 +499,7 @@ async function main(): Promise<number> {
       {
         // 4. PostgreSQL inbox, one multi-row insert per batch (recordManyInInbox, what the consumers use).
         id: 'pg-inbox-batched',
-        contender: `PostgreSQL inbox, 1 tx per ${B} keys (bench helper)`,
+        contender: `PostgreSQL inbox, 1 tx per ${B} keys (recordManyInInbox)`,
         keysPerRound: PG_KEYS_PER_ROUND,
         unit: 'batch',
         concurrency: BC,
