@@ -6,7 +6,7 @@ const alias = {
   '@labelflow/auditor': fileURLToPath(new URL('./tools/auditor/src/index.ts', import.meta.url)),
   '@labelflow/producer': fileURLToPath(new URL('./tools/producer/src/index.ts', import.meta.url)),
   ...Object.fromEntries(
-  ['contracts', 'messaging', 'outbox', 'dedup', 'telemetry', 'service-kit', 'testing', 'idgen', 'idempotency'].map((n) => [`@labelflow/${n}`, lib(n)])),
+  ['contracts', 'messaging', 'outbox', 'dedup', 'telemetry', 'service-kit', 'testing', 'idgen', 'idempotency', 'auth'].map((n) => [`@labelflow/${n}`, lib(n)])),
 };
 
 // Three tiers, picked by file suffix: unit (pure, in-memory), int (real Kafka/PostgreSQL/Redis),

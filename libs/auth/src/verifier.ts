@@ -1,0 +1,128 @@
+import { createLocalJWKSet, createRemoteJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTVerifyGetKey } from 'jose';
+import type { Result } from '@labelflow/contracts';
+import { AuthError, AuthErrors } from './errors';
+import { principalFromClaims, type Principal } from './principal';
+
+/** Asymmetric algorithms accepted from a key set; `none` and HMAC never are. */
+export const ASYMMETRIC_ALGORITHMS = ['RS256', 'ES256', 'EdDSA', 'Ed25519'] as const;
+/** The only symmetric algorithm, and only when a shared secret is configured (development). */
+export const SYMMETRIC_ALGORITHM = 'HS256';
+/** A shared secret shorter than this is guessable offline from any token. */
+export const MIN_SECRET_BYTES = 32;
+
+export interface TokenVerifierOptions {
+  /** Expected `iss`. */
+  readonly issuer: string;
+  /** Expected `aud` (one of the token's audiences). */
+  readonly audience: string;
+  /** Public keys as a JWKS document (inline or read from a file by the caller). */
+  readonly jwks?: JSONWebKeySet;
+  /** An identity provider's JWKS endpoint; fetched lazily, cached, refetched for an unknown `kid`. */
+  readonly jwksUrl?: string;
+  /** HS256 secret: development only, and only when explicitly configured. */
+  readonly sharedSecret?: string;
+  /** Allowed clock difference for `exp` and `nbf`, in seconds. Default 30. */
+  readonly clockToleranceS?: number;
+  /** How long a remote JWKS fetch may take. Default 5000 ms. */
+  readonly jwksTimeoutMs?: number;
+  /** Verified tokens remembered until they expire (a client sends one token many times). Default 10 000; 0 turns it off. */
+  readonly cacheSize?: number;
+  readonly nowMs?: () => number;
+}
+
+export interface TokenVerifier {
+  /** Verifies a compact JWS; `retriable` failures (keys unreachable) are thrown as AuthError, not returned. */
+  verify(token: string): Promise<Result<Principal>>;
+}
+
+/** Checks the options make a verifier: at least one key source, and a shared secret long enough. */
+export function checkVerifierOptions(options: TokenVerifierOptions): string[] {
+  const problems: string[] = [];
+  if (!options.jwks && !options.jwksUrl && !options.sharedSecret) problems.push('no key source: give a JWKS (inline or file), a JWKS URL, or (development only) a shared secret');
+  if (options.jwks && options.jwksUrl) problems.push('give either an inline JWKS or a JWKS URL, not both');
+  if (options.sharedSecret !== undefined && Buffer.byteLength(options.sharedSecret) < MIN_SECRET_BYTES) problems.push(`the shared secret must be at least ${MIN_SECRET_BYTES} bytes`);
+  if (options.jwks && (!Array.isArray(options.jwks.keys) || options.jwks.keys.length === 0)) problems.push('the JWKS has no keys');
+  for (const key of options.jwks?.keys ?? []) {
+    if (key.kty === 'oct') problems.push('the JWKS holds a symmetric (oct) key; publish only public keys there');
+    if ('d' in key) problems.push('the JWKS holds a private key; publish only public keys');
+  }
+  if (!options.issuer) problems.push('issuer is required');
+  if (!options.audience) problems.push('audience is required');
+  return problems;
+}
+
+/**
+ * A resource server's token check: signature by a configured key, an allowed algorithm, `iss`,
+ * `aud`, `exp` (required) and `nbf` within the clock tolerance, a well-formed `sub` and
+ * labelflow claim.
+ */
+export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifier {
+  const problems = checkVerifierOptions(options);
+  if (problems.length > 0) throw new AuthError(AuthErrors.CONFIG_INVALID, `invalid token verifier settings: ${problems.join('; ')}`, { details: problems });
+  const keySet: JWTVerifyGetKey | undefined = options.jwks
+    ? createLocalJWKSet(options.jwks)
+    : options.jwksUrl
+      ? createRemoteJWKSet(new URL(options.jwksUrl), { timeoutDuration: options.jwksTimeoutMs ?? 5_000, cooldownDuration: 30_000, cacheMaxAge: 600_000 })
+      : undefined;
+  const secret = options.sharedSecret === undefined ? undefined : new TextEncoder().encode(options.sharedSecret);
+  const algorithms = [...(keySet ? ASYMMETRIC_ALGORITHMS : []), ...(secret ? [SYMMETRIC_ALGORITHM] : [])];
+  // The algorithm list is checked before this runs, so an HS256 header can never reach the key set
+  // (the classic confusion of a public key used as an HMAC secret).
+  const getKey: JWTVerifyGetKey = async (header, token) => {
+    if (header.alg === SYMMETRIC_ALGORITHM && secret) return secret;
+    if (!keySet) throw new errors.JOSEAlgNotAllowed(`alg ${header.alg} is not accepted`);
+    if (!options.jwksUrl) return keySet(header, token);
+    try {
+      return await keySet(header, token);
+    } catch (error) {
+      // Only "no such key" is the token's fault; an endpoint that failed, answered non-200 or sent
+      // something that is not a key set says nothing about the token, which may well be valid.
+      if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys || error instanceof errors.JOSENotSupported) throw error;
+      throw new AuthError(AuthErrors.KEYS_UNAVAILABLE, 'the identity provider\'s keys could not be fetched', { retriable: true, cause: error });
+    }
+  };
+  const clockTolerance = options.clockToleranceS ?? 30;
+  const cacheSize = options.cacheSize ?? 10_000;
+  const now = options.nowMs ?? Date.now;
+  // A signature check costs more than the rest of a small request; the same bytes verified once
+  // stay verified until `exp`. Only successes are kept, keyed by the whole token.
+  const verified = new Map<string, { readonly principal: Principal; readonly expiresMs: number }>();
+
+  return {
+    async verify(token) {
+      const hit = verified.get(token);
+      if (hit && hit.expiresMs > now()) return { ok: true, value: hit.principal };
+      if (hit) verified.delete(token);
+      try {
+        const { payload } = await jwtVerify(token, getKey, { issuer: options.issuer, audience: options.audience, algorithms, clockTolerance, requiredClaims: ['exp', 'sub'], currentDate: new Date(now()) });
+        const principal = principalFromClaims(payload);
+        if (principal.ok && cacheSize > 0) {
+          // Not before nbf - tolerance is already true; expiry is exp + tolerance, as jwtVerify judges it.
+          verified.set(token, { principal: principal.value, expiresMs: ((payload.exp ?? 0) + clockTolerance) * 1000 });
+          if (verified.size > cacheSize) verified.delete(verified.keys().next().value as string);
+        }
+        return principal;
+      } catch (error) {
+        if (error instanceof AuthError) throw error;
+        if (error instanceof errors.JWKSTimeout || isFetchFailure(error)) {
+          throw new AuthError(AuthErrors.KEYS_UNAVAILABLE, 'the identity provider\'s keys could not be fetched', { retriable: true, cause: error });
+        }
+        return { ok: false, reason: { code: AuthErrors.TOKEN_INVALID, message: describe(error) } };
+      }
+    },
+  };
+}
+
+const isFetchFailure = (error: unknown) => error instanceof TypeError && /fetch/i.test(error.message);
+
+/** A message for the client: what is wrong with the token, never the key material. */
+function describe(error: unknown): string {
+  if (error instanceof errors.JWTExpired) return 'the token has expired';
+  if (error instanceof errors.JWTClaimValidationFailed) return `the token's ${error.claim} claim is not acceptable (${error.reason})`;
+  if (error instanceof errors.JWSSignatureVerificationFailed) return 'the token\'s signature does not verify';
+  if (error instanceof errors.JOSEAlgNotAllowed) return 'the token\'s algorithm is not accepted';
+  if (error instanceof errors.JWKSNoMatchingKey) return 'no configured key matches the token';
+  if (error instanceof errors.JWSInvalid || error instanceof errors.JWTInvalid) return 'the token is malformed';
+  if (error instanceof errors.JOSEError) return `the token is not acceptable (${error.code})`;
+  return 'the token is not acceptable';
+}

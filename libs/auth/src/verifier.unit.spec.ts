@@ -1,0 +1,134 @@
+import { exportJWK, generateKeyPair, SignJWT, UnsecuredJWT } from 'jose';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { AuthError } from './errors';
+import { generateSigningKey, issueToken } from './issuer';
+import { createTokenVerifier } from './verifier';
+
+const issuer = 'https://idp.test';
+const audience = 'labelflow';
+const project = '6f1c2a34-7d8e-4f90-a1b2-c3d4e5f60718';
+
+describe('token verification', async () => {
+  const { privateJwk, publicJwks } = await generateSigningKey();
+  const verifier = createTokenVerifier({ issuer, audience, jwks: publicJwks });
+  const sign = (overrides: Partial<Parameters<typeof issueToken>[1]> = {}) => issueToken({ jwk: privateJwk }, { issuer, audience, subject: 'alice', projects: { [project]: 'annotator' }, ...overrides });
+
+  it('accepts a token signed by a configured key and reads the subject and roles from it', async () => {
+    const result = await verifier.verify(await sign());
+    expect(result.ok).toBe(true);
+    if (!result.ok) return;
+    expect(result.value.subject).toBe('alice');
+    expect(result.value.admin).toBe(false);
+    expect([...(result.value.projects.get(project as never) ?? [])]).toEqual(['annotator']);
+  });
+
+  it('refuses a token from another issuer, for another audience, expired, or not yet valid', async () => {
+    const hourAgo = new Date(Date.now() - 3600_000 - 60_000);
+    const later = new Date(Date.now() + 120_000);
+    for (const token of [await sign({ issuer: 'https://evil.test' }), await sign({ audience: 'other' }), await sign({ now: hourAgo, ttlS: 3600 }), await sign({ now: later })]) {
+      const result = await verifier.verify(token);
+      expect(result.ok, token).toBe(false);
+    }
+  });
+
+  it('remembers a verified token only until it expires', async () => {
+    let now = Date.now();
+    const cached = createTokenVerifier({ issuer, audience, jwks: publicJwks, clockToleranceS: 0, nowMs: () => now });
+    const token = await sign({ ttlS: 60 });
+    expect((await cached.verify(token)).ok).toBe(true);
+    expect((await cached.verify(token)).ok).toBe(true);
+    now += 61_000;
+    const result = await cached.verify(token);
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.reason.message).toBe('the token has expired');
+  });
+
+  it('allows a small clock skew on expiry and not-before', async () => {
+    const justExpired = await sign({ now: new Date(Date.now() - 3600_000 - 10_000), ttlS: 3600 });
+    const slightlyAhead = await sign({ now: new Date(Date.now() + 10_000) });
+    expect((await verifier.verify(justExpired)).ok).toBe(true);
+    expect((await verifier.verify(slightlyAhead)).ok).toBe(true);
+  });
+
+  it('refuses a token signed by a key that is not configured', async () => {
+    const other = await generateSigningKey();
+    const forged = await issueToken({ jwk: { ...other.privateJwk, kid: privateJwk.kid } }, { issuer, audience, subject: 'mallory', admin: true });
+    const result = await verifier.verify(forged);
+    expect(result.ok).toBe(false);
+  });
+
+  it('refuses unsigned tokens and HS256 tokens when no shared secret is configured', async () => {
+    const unsigned = new UnsecuredJWT({ sub: 'mallory', labelflow: { admin: true } }).setIssuer(issuer).setAudience(audience).setExpirationTime('1h').encode();
+    expect((await verifier.verify(unsigned)).ok).toBe(false);
+    // The classic confusion: the public key's bytes used as an HMAC secret.
+    const hmac = await new SignJWT({ labelflow: { admin: true } }).setProtectedHeader({ alg: 'HS256' }).setSubject('mallory').setIssuer(issuer).setAudience(audience).setExpirationTime('1h').sign(new TextEncoder().encode(JSON.stringify(publicJwks.keys[0])));
+    const result = await verifier.verify(hmac);
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.reason.message).toMatch(/algorithm/);
+  });
+
+  it('refuses a token without an expiry or a subject, or with a malformed labelflow claim', async () => {
+    const key = privateJwk;
+    const { importJWK } = await import('jose');
+    const signer = await importJWK(key, 'EdDSA');
+    const noExp = await new SignJWT({}).setProtectedHeader({ alg: 'EdDSA', kid: key.kid! }).setSubject('alice').setIssuer(issuer).setAudience(audience).sign(signer);
+    const noSub = await new SignJWT({}).setProtectedHeader({ alg: 'EdDSA', kid: key.kid! }).setIssuer(issuer).setAudience(audience).setExpirationTime('1h').sign(signer);
+    const badClaim = await new SignJWT({ labelflow: { projects: { 'not-a-uuid': 'owner' } } }).setProtectedHeader({ alg: 'EdDSA', kid: key.kid! }).setSubject('alice').setIssuer(issuer).setAudience(audience).setExpirationTime('1h').sign(signer);
+    const badRole = await new SignJWT({ labelflow: { projects: { [project]: 'god' } } }).setProtectedHeader({ alg: 'EdDSA', kid: key.kid! }).setSubject('alice').setIssuer(issuer).setAudience(audience).setExpirationTime('1h').sign(signer);
+    const badSub = await new SignJWT({}).setProtectedHeader({ alg: 'EdDSA', kid: key.kid! }).setSubject('bad subject!').setIssuer(issuer).setAudience(audience).setExpirationTime('1h').sign(signer);
+    for (const token of [noExp, noSub, badClaim, badRole, badSub]) expect((await verifier.verify(token)).ok).toBe(false);
+  });
+
+  it('accepts RS256 and ES256 keys from the same key set', async () => {
+    const rsa = await generateKeyPair('RS256', { extractable: true });
+    const ec = await generateKeyPair('ES256', { extractable: true });
+    const jwks = { keys: [{ ...(await exportJWK(rsa.publicKey)), kid: 'rsa', alg: 'RS256' }, { ...(await exportJWK(ec.publicKey)), kid: 'ec', alg: 'ES256' }] };
+    const multi = createTokenVerifier({ issuer, audience, jwks });
+    for (const [alg, kid, key] of [['RS256', 'rsa', rsa.privateKey], ['ES256', 'ec', ec.privateKey]] as const) {
+      const token = await new SignJWT({}).setProtectedHeader({ alg, kid }).setSubject('bob').setIssuer(issuer).setAudience(audience).setExpirationTime('1h').sign(key);
+      expect((await multi.verify(token)).ok, alg).toBe(true);
+    }
+  });
+
+  it('accepts HS256 only with an explicitly configured shared secret of at least 32 bytes', async () => {
+    expect(() => createTokenVerifier({ issuer, audience, sharedSecret: 'short' })).toThrow(AuthError);
+    const secret = 'x'.repeat(32);
+    const dev = createTokenVerifier({ issuer, audience, sharedSecret: secret });
+    expect((await dev.verify(await issueToken({ secret }, { issuer, audience, subject: 'dev' }))).ok).toBe(true);
+    expect((await dev.verify(await issueToken({ secret: 'y'.repeat(32) }, { issuer, audience, subject: 'dev' }))).ok).toBe(false);
+  });
+
+  it('refuses settings without a key source or with private keys in the key set', async () => {
+    expect(() => createTokenVerifier({ issuer, audience })).toThrow(/no key source/);
+    expect(() => createTokenVerifier({ issuer, audience, jwks: { keys: [privateJwk] } })).toThrow(/private key/);
+  });
+
+  it('fetches an identity provider\'s JWKS by URL, and reports it as unavailable (retriable) when the endpoint is down', async () => {
+    let served = 0;
+    const idp = createServer((_req, res) => {
+      served += 1;
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(publicJwks));
+    });
+    await new Promise<void>((resolve) => idp.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks.json`;
+    const remote = createTokenVerifier({ issuer, audience, jwksUrl: url, jwksTimeoutMs: 500 });
+    expect((await remote.verify(await sign())).ok).toBe(true);
+    expect((await remote.verify(await sign({ subject: 'bob' }))).ok).toBe(true);
+    expect(served).toBe(1);
+    // An endpoint that answers, but not with keys: the token is not to blame.
+    const broken = createServer((_req, res) => void res.writeHead(503).end('down for maintenance'));
+    await new Promise<void>((resolve) => broken.listen(0, '127.0.0.1', resolve));
+    const failing = createTokenVerifier({ issuer, audience, jwksUrl: `http://127.0.0.1:${(broken.address() as AddressInfo).port}/jwks.json`, jwksTimeoutMs: 500 });
+    const refused = await failing.verify(await sign()).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(AuthError);
+    expect((refused as AuthError).code).toBe('AUTH_KEYS_UNAVAILABLE');
+    await new Promise((resolve) => broken.close(resolve));
+    await new Promise((resolve) => idp.close(resolve));
+    const cold = createTokenVerifier({ issuer, audience, jwksUrl: url, jwksTimeoutMs: 500 });
+    const error = await cold.verify(await sign()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(AuthError);
+    expect((error as AuthError).retriable).toBe(true);
+  });
+});
