@@ -1,4 +1,4 @@
-import { Kafka, logLevel, Partitioners, type Admin, type ITopicConfig, type LogEntry } from 'kafkajs';
+import { Kafka, logLevel, Partitioners, type Admin, type ITopicConfig, type LogEntry, type SASLOptions } from 'kafkajs';
 import type { Logger } from '@labelflow/telemetry';
 
 export type { Kafka } from 'kafkajs';
@@ -10,18 +10,46 @@ const levels: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
   [logLevel.DEBUG]: 'debug',
 };
 
+/** SASL mechanisms a client can authenticate with (the compose broker takes SCRAM-SHA-512). */
+export const KafkaSaslMechanisms = ['plain', 'scram-sha-256', 'scram-sha-512'] as const;
+export type KafkaSaslMechanism = (typeof KafkaSaslMechanisms)[number];
+
+export interface KafkaSasl {
+  readonly mechanism: KafkaSaslMechanism;
+  readonly username: string;
+  readonly password: string;
+}
+
 export interface KafkaDeps {
   readonly brokers: readonly string[];
   readonly clientId: string;
   readonly logger: Logger;
+  /** Authenticates every connection; without it the client speaks to an unauthenticated listener. */
+  readonly sasl?: KafkaSasl;
+  /** TLS to the brokers with the system's trusted CAs. */
+  readonly ssl?: boolean;
 }
 
+/** kafkajs takes one object type per mechanism; the three here share their shape. */
+const saslOptions = ({ mechanism, username, password }: KafkaSasl): SASLOptions => {
+  switch (mechanism) {
+    case 'plain':
+      return { mechanism, username, password };
+    case 'scram-sha-256':
+      return { mechanism, username, password };
+    case 'scram-sha-512':
+      return { mechanism, username, password };
+  }
+};
+
 /** A kafkajs client whose logs go through the service's logger instead of the console. */
-export function createKafka({ brokers, clientId, logger }: KafkaDeps): Kafka {
+export function createKafka({ brokers, clientId, logger, sasl, ssl = false }: KafkaDeps): Kafka {
   const log = logger.child({ component: 'kafkajs' });
   return new Kafka({
     clientId,
     brokers: [...brokers],
+    ssl,
+    ...(sasl ? { sasl: saslOptions(sasl) } : {}),
     connectionTimeout: 3_000,
     requestTimeout: 30_000,
     retry: { initialRetryTime: 200, retries: 8, maxRetryTime: 5_000 },
