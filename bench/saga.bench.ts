@@ -8,12 +8,20 @@
 //   npm run bench:saga -- --step-s 15 --max-rate 160 --duplicates 0.3
 // Env: TASK_SVC_URL, LABEL_SVC_URL, QA_SVC_URL, BILLING_SVC_URL (default http://127.0.0.1:3001 … :3004),
 // KAFKA_BROKERS (default 127.0.0.1:9092), KAFKA_TOPIC_PREFIX (default labelflow), PG_URL (default
-// postgres://postgres@127.0.0.1:5432: to find the PostgreSQL process, and to read, read-only, the state of the
-// services' databases) and REDIS_URL (default redis://127.0.0.1:6379: only to find the Redis process).
+// postgres://postgres@127.0.0.1:5432: to find the PostgreSQL process, and to read, read-only, the
+// state of the services' databases, <svc>_svc plus LABELFLOW_DB_SUFFIX if set) and REDIS_URL
+// (default redis://127.0.0.1:6379: only to find the Redis process).
 // Creates one funded project in billing-svc (it stays: the services' data is theirs) and a duplicator
-// consumer group (deleted at the end). Progress goes to stderr, the table to stdout, the results to
-// bench/results/saga-<timestamp>.json. Exit code 0 whatever the targets say; 1 if the bench could not
-// run (the stack is not up, the project could not be created, no step ran).
+// consumer group (deleted at the end). Every request carries a bearer token signed with the local
+// development key (LABELFLOW_SIGNING_KEY_FILE, default .local/auth/dev-signing-key.json: the one
+// `npm start` configures the services with; AUTH_ISSUER/AUTH_AUDIENCE if set, else the dev ones):
+// a platform admin creates the project and reads /metrics, managers create the tasks and wait for
+// them, annotators claim and label, reviewers review. Rate limits are per subject and service
+// (default 100 req/s): --managers and --reviewers default to enough of them for --max-rate, and a
+// 429 is waited out (Retry-After) and counted per step.
+// Progress goes to stderr, the table to stdout, the results to bench/results/saga-<timestamp>.json.
+// Exit code 0 whatever the targets say; 1 if the bench could not run (the stack is not up, the
+// project could not be created, no step ran).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -22,7 +30,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Kafka, logLevel, type Admin } from 'kafkajs';
 import pg from 'pg';
-import { client, runScenario, Scenario, type ScenarioContext, type Services, type Step, type StepTally, type TaskRun } from '@labelflow/producer';
+import { DEV_AUDIENCE, DEV_ISSUER } from '@labelflow/auth';
+import { adminOf, castFor, client, devSigner, runScenario, Scenario, type Actor, type ScenarioContext, type Services, type Step, type StepTally, type TaskRun } from '@labelflow/producer';
 // Not exported by the producer's index: imported from its module file.
 import { startDuplicator, type Duplicator } from '../tools/producer/src/duplicator';
 import { machineCpu, percentile, runBench, sleep } from './common';
@@ -46,6 +55,8 @@ const { values: args } = parseArgs({
     'quiesce-s': { type: 'string', default: '15' },
     'max-run-s': { type: 'string', default: '240' },
     annotators: { type: 'string', default: '8' },
+    reviewers: { type: 'string' },
+    managers: { type: 'string' },
     price: { type: 'string', default: '150' },
     seed: { type: 'string', default: '42' },
     'task-url': { type: 'string', default: process.env.TASK_SVC_URL ?? 'http://127.0.0.1:3001' },
@@ -63,7 +74,7 @@ if (args.help) {
   console.log(
     'npm run bench:saga -- [--rates 10,20,30,45,60,80,100,130,160] [--max-rate 160] [--step-s 15] [--drain-s 5] [--half-s =step-s] [--warmup-s 4]\n' +
       '                      [--duplicates 0.3] [--timeout-s 20] [--wait-s 10] [--min-achieved 0.95] [--inflight-s 2] [--max-inflight 3000] [--retries 1] [--refine 2]\n' +
-      '                      [--quiesce-s 15] [--max-run-s 240] [--annotators 8] [--price 150] [--seed 42]\n' +
+      '                      [--quiesce-s 15] [--max-run-s 240] [--annotators 8] [--reviewers max(3,⌈max-rate/40⌉)] [--managers max(4,⌈max-rate/30⌉)] [--price 150] [--seed 42]\n' +
       '                      [--task-url U] [--label-url U] [--qa-url U] [--billing-url U] [--kafka-brokers B] [--prefix labelflow] [--pg-url U] [--redis-url U]',
   );
   process.exit(0);
@@ -100,6 +111,10 @@ const ANNOTATORS = num('annotators', args.annotators, { min: 1, integer: true })
 const PRICE = num('price', args.price, { min: 1, integer: true });
 const SEED = num('seed', args.seed, { integer: true });
 const MAX_RATE = num('max-rate', args['max-rate'], { min: 0.1 });
+// Rate limits are per subject and service (default 100 req/s): a reviewer sends about one request
+// per saga to qa-svc, a manager two or three to task-svc (create, the wait for the outcome).
+const REVIEWERS = num('reviewers', args.reviewers ?? String(Math.max(3, Math.ceil(MAX_RATE / 40))), { min: 1, integer: true });
+const MANAGERS = num('managers', args.managers ?? String(Math.max(4, Math.ceil(MAX_RATE / 30))), { min: 1, integer: true });
 const URLS = { task: String(args['task-url']), label: String(args['label-url']), qa: String(args['qa-url']), billing: String(args['billing-url']) };
 const SERVICES = [
   ['task-svc', URLS.task],
@@ -319,8 +334,8 @@ function findTargets(): { targets: Partial<Record<Column, Target>>; notes: strin
   return { targets, notes };
 }
 
-/** The databases `npm start` gives the services: PostgreSQL backends on them are the stack's own. */
-const SERVICE_DBS = new Set(['task_svc', 'label_svc', 'qa_svc', 'billing_svc']);
+/** The databases `npm start` gives the services (with its LABELFLOW_DB_SUFFIX, for a second stack): PostgreSQL backends on them are the stack's own. */
+const SERVICE_DBS = new Set(['task_svc', 'label_svc', 'qa_svc', 'billing_svc'].map((db) => `${db}${process.env.LABELFLOW_DB_SUFFIX ?? ''}`));
 type PgClass = 'service-db backends' | 'other backends' | 'background' | 'exited children';
 /** A PostgreSQL child by its title, `postgres: 15/main: <user> <db> <host>(<port>) <state>`: a backend of which database, or background. */
 function pgClass(pid: number): PgClass {
@@ -414,16 +429,17 @@ function cpuDelta(a: Snapshot, b: Snapshot): CpuDelta {
 
 // ---------------------------------------------------------------- the services' own counters and the consumer lag
 
-/** consumer_messages_total summed by outcome, and dedup_duplicates_total by tier, over the four services. */
-async function scrapeMetrics(): Promise<{ outcomes: Record<string, number>; dedupTiers: Record<string, number>; failed: string[] }> {
+/** consumer_messages_total summed by outcome, and dedup_duplicates_total by tier, over the four services (as the platform admin: /metrics is theirs). */
+async function scrapeMetrics(admin: Actor): Promise<{ outcomes: Record<string, number>; dedupTiers: Record<string, number>; failed: string[] }> {
   const outcomes: Record<string, number> = {};
   const dedupTiers: Record<string, number> = {};
   const failed: string[] = [];
   await Promise.all(
     SERVICES.map(async ([svc, url]) => {
       try {
-        const res = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(3_000) });
+        const res = await fetch(`${url}/metrics`, { headers: { authorization: await admin.authorization() }, signal: AbortSignal.timeout(3_000) });
         const text = await res.text();
+        if (res.status !== 200) throw new Error(`/metrics answered ${res.status} ${text.slice(0, 200)}`);
         for (const line of text.split('\n')) {
           const m = /^(consumer_messages_total|dedup_duplicates_total)\{([^}]*)\}\s+(\S+)/.exec(line);
           if (!m) continue;
@@ -564,6 +580,10 @@ interface StepResult {
   readonly launchLagMs: { p99: number; max: number };
   readonly httpPerStep: number;
   readonly httpByStep: Partial<Record<Step, StepTally>>;
+  /** 429 RATE_LIMITED answers (waited out and sent again; included in the requests per step). */
+  readonly rateLimited: number;
+  /** Services whose /metrics could not be read (their counters are missing from serviceOutcomes and dedupTiers). */
+  readonly metricsErrors: string[];
   readonly duplicated: number;
   readonly serviceOutcomes: Record<string, number>;
   readonly dedupTiers: Record<string, number>;
@@ -585,6 +605,10 @@ interface StepResult {
 
 interface Env {
   readonly admin: Admin;
+  /** The platform admin: reads /metrics. */
+  readonly platformAdmin: Actor;
+  /** 429 answers so far, all steps. */
+  readonly rateLimited: () => number;
   readonly groups: readonly string[];
   readonly targets: Partial<Record<Column, Target>>;
   readonly base: Omit<ScenarioContext, 'deadline'>;
@@ -603,8 +627,9 @@ async function runStep(env: Env, kind: StepResult['kind'], label: string, rate: 
   let inFlightMax = 0;
   let shed = 0;
   const series: { t: number; n: number }[] = [];
-  const metricsBefore = await scrapeMetrics();
+  const metricsBefore = await scrapeMetrics(env.platformAdmin);
   const dupBefore = env.duplicator.duplicated();
+  const limitedBefore = env.rateLimited();
   const before = snapshot(env.targets);
   const t0 = performance.now();
   const sampler = setInterval(() => series.push({ t: Math.round(performance.now() - t0), n: inFlight }), 500);
@@ -670,8 +695,9 @@ async function runStep(env: Env, kind: StepResult['kind'], label: string, rate: 
   // Count the tail too: duplicates and the last events (TaskCompleted) consumed by every group.
   const q = await quiesce(env.admin, env.groups);
   const after = snapshot(env.targets);
-  const metricsAfter = await scrapeMetrics();
+  const metricsAfter = await scrapeMetrics(env.platformAdmin);
   const duplicated = env.duplicator.duplicated() - dupBefore;
+  const rateLimited = env.rateLimited() - limitedBefore;
 
   const completedRecs = records.filter((r) => r.outcome === 'completed');
   const completed = completedRecs.length;
@@ -725,6 +751,8 @@ async function runStep(env: Env, kind: StepResult['kind'], label: string, rate: 
     launchLagMs: { p99: percentile(lags, 99), max: lags.at(-1) ?? NaN },
     httpPerStep: tot.steps === 0 ? NaN : tot.requests / tot.steps,
     httpByStep,
+    rateLimited,
+    metricsErrors: [...new Set([...metricsBefore.failed, ...metricsAfter.failed])],
     duplicated,
     serviceOutcomes: diffCounts(metricsBefore.outcomes, metricsAfter.outcomes),
     dedupTiers: diffCounts(metricsBefore.dedupTiers, metricsAfter.dedupTiers),
@@ -751,7 +779,7 @@ function describe(s: StepResult): string {
     `p50 ${fmtMs(s.latencyMs.p50)} p99 ${fmtMs(s.latencyMs.p99)}  errors ${s.errors}  → ${s.sustained ? 'sustained' : `NOT sustained (${s.reasons.join('; ')})`}\n` +
     `      cpu ms/saga: ${cpu} driver ${fmt1(s.cpuMsPerSaga.driver)} redis ${fmt1(s.cpuMsPerSaga.redis)} (postgres on the service dbs ${fmt1(s.postgresMsPerSagaBy['service-db backends'])}); ` +
     `machine ${(s.machineBusy * 100).toFixed(0)}% busy, ${(s.otherBusy * 100).toFixed(0)}% by other processes; ` +
-    `http/step ${s.httpPerStep.toFixed(2)}; ${s.duplicated} duplicates delivered, services dropped ${s.serviceOutcomes.duplicate ?? 0}; launch lag p99 ${fmtMs(s.launchLagMs.p99)}; ` +
+    `http/step ${s.httpPerStep.toFixed(2)}${s.rateLimited > 0 ? ` (${s.rateLimited} answered 429, waited out)` : ''}; ${s.duplicated} duplicates delivered, services dropped ${s.serviceOutcomes.duplicate ?? 0}; launch lag p99 ${fmtMs(s.launchLagMs.p99)}; ` +
     `tail ${((s.settleMs - s.durationS * 1000) / 1000).toFixed(1)} s + quiesce ${(s.quiesceMs / 1000).toFixed(1)} s${s.lagAfter !== 0 ? ` (lag still ${s.lagAfter})` : ''}`
   );
 }
@@ -802,7 +830,7 @@ async function main(): Promise<number> {
   const code = gitInfo();
   progress(
     `saga bench: rates ${RATES.join(', ')} /s, ${STEP_S} s per step (+ drain ${DRAIN_S} s), half-load run ${HALF_S} s, duplicates ${DUP_RATE}, saga timeout ${TIMEOUT_MS / 1000} s, ` +
-      `Prefer: wait=${WAIT_S}, ${ANNOTATORS} annotators, retries ${RETRIES}, refine ${REFINE}, time budget ${MAX_RUN_MS / 1000} s`,
+      `Prefer: wait=${WAIT_S}, ${ANNOTATORS} annotators, ${REVIEWERS} reviewers, ${MANAGERS} managers, retries ${RETRIES}, refine ${REFINE}, time budget ${MAX_RUN_MS / 1000} s`,
   );
   progress(`code: ${code.commit.slice(0, 10)}${code.dirty ? ' + local changes' : ''}; services ${SERVICES.map(([s, u]) => `${s}=${u}`).join(' ')} kafka=${BROKERS.join(',')} prefix=${PREFIX}`);
 
@@ -841,14 +869,20 @@ async function main(): Promise<number> {
   // One funded project for every saga the run can start (the whole ladder and the half-load run).
   const planned = (RATES.reduce((a, r) => a + r, 0) + REFINE * Math.max(...RATES)) * STEP_S * (1 + RETRIES) + (Math.max(...RATES) / 2) * HALF_S + 10 * WARMUP_S;
   const budget = Math.ceil(planned * 1.2 + 100) * PRICE;
-  const services = (onRequest?: () => void): Services => {
+  let rateLimited = 0;
+  const services = (actor: Actor, onRequest?: () => void): Services => {
     // A long poll lasts up to WAIT_S: the request timeout must outlast it (as the producer does).
-    const options = { timeoutMs: WAIT_S * 1000 + 10_000, ...(onRequest ? { onRequest } : {}) };
+    const options = { timeoutMs: WAIT_S * 1000 + 10_000, authorization: actor.authorization, onRateLimited: () => rateLimited++, ...(onRequest ? { onRequest } : {}) };
     return { task: client(URLS.task, options), label: client(URLS.label, options), qa: client(URLS.qa, options), billing: client(URLS.billing, options) };
   };
+  let platformAdmin: Actor;
   let projectId: string;
+  let signer: Awaited<ReturnType<typeof devSigner>>;
   try {
-    const res = await services().billing<{ projectId: string }>('POST', '/projects', { name: `bench saga ${startedAt.toISOString()}`, budget, pricePerTask: PRICE });
+    signer = await devSigner({ issuer: process.env.AUTH_ISSUER || DEV_ISSUER, audience: process.env.AUTH_AUDIENCE || DEV_AUDIENCE });
+    platformAdmin = adminOf(signer, 'bench-admin');
+    const res = await services(platformAdmin).billing<{ projectId: string }>('POST', '/projects', { name: `bench saga ${startedAt.toISOString()}`, budget, pricePerTask: PRICE });
+    if (res.status === 401) throw new Error(`the services refuse the bench's token (${JSON.stringify(res.body)}): start them with npm start, which configures them with the key the bench signs with (LABELFLOW_SIGNING_KEY_FILE, default .local/auth/dev-signing-key.json)`);
     if (res.status !== 201) throw new Error(`${res.status} ${JSON.stringify(res.body)}`);
     projectId = res.body.projectId;
   } catch (error) {
@@ -856,6 +890,7 @@ async function main(): Promise<number> {
     await admin.disconnect().catch(() => undefined);
     return 1;
   }
+  const cast = castFor(signer, platformAdmin, [projectId], { annotators: ANNOTATORS, reviewers: REVIEWERS, managers: MANAGERS });
   progress(`project ${projectId}: budget ${budget} cents at ${PRICE} per task (room for ${Math.floor(budget / PRICE)} sagas)`);
 
   // The duplicator joins a fresh group of its own: find it (new since the listing) to delete it at the end.
@@ -873,16 +908,18 @@ async function main(): Promise<number> {
   let state = SEED ^ 0x5bd1e995;
   const env: Env = {
     admin,
+    platformAdmin,
+    rateLimited: () => rateLimited,
     groups,
     targets,
     duplicator,
     next: 0,
     base: {
-      services: (onRequest) => services(onRequest),
+      services: (onRequest, actor) => services(actor, onRequest),
+      cast,
       waitS: WAIT_S,
       projectId,
       starvedProjectId: projectId, // happy path only: never used
-      annotators: ANNOTATORS,
       random: () => ((state = (state * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31),
     },
   };
@@ -1055,6 +1092,8 @@ async function main(): Promise<number> {
     if (s.lagAfter !== 0) odd.push(`${s.label}: consumer lag still ${s.lagAfter} after ${QUIESCE_MS / 1000} s (CPU window cut there)`);
     if (s.launchLagMs.p99 > 100) odd.push(`${s.label}: the driver started sagas late (launch lag p99 ${fmtMs(s.launchLagMs.p99)}): the load generator itself is short of CPU`);
     if (s.duplicated === 0 && DUP_RATE > 0) odd.push(`${s.label}: the duplicator delivered no duplicates`);
+    if (s.metricsErrors.length > 0) odd.push(`${s.label}: /metrics not read (service counters incomplete): ${s.metricsErrors.join('; ')}`);
+    if (s.rateLimited > 0) odd.push(`${s.label}: ${s.rateLimited} request(s) answered 429 RATE_LIMITED (per-subject limit) and were sent again after Retry-After: the sagas waited on the limit, not on the stack; raise --managers, --reviewers or --annotators`);
     const pgOther = s.postgresMsPerSagaBy['other backends'] ?? 0;
     if (s.otherBusy > 0.1 || pgOther > 0.2 * (s.cpuMsPerSaga.postgres ?? Infinity)) {
       odd.push(`${s.label}: other work on the machine: ${(s.otherBusy * 100).toFixed(0)}% of all cores outside the table, PostgreSQL ${fmt1(pgOther)} ms/saga on other databases`);
@@ -1090,6 +1129,8 @@ async function main(): Promise<number> {
       quiesceS: QUIESCE_MS / 1000,
       maxRunS: MAX_RUN_MS / 1000,
       annotators: ANNOTATORS,
+      reviewers: REVIEWERS,
+      managers: MANAGERS,
       price: PRICE,
       seed: SEED,
       urls: URLS,

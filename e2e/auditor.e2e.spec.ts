@@ -7,7 +7,6 @@ import { eventually, produceRaw, queryRows, repoRoot, serviceNames, startStack, 
 import { auditStack } from './audit';
 import { claim, createProject, createTask, key, review, submitLabels, waitForStatus } from './saga';
 
-const admin = { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'admin-1' };
 const rows = <R extends Record<string, unknown>>(stack: TestStack, svc: ServiceName, sql: string, values: unknown[] = []) => queryRows<R>(stack.databases[svc], sql, values);
 /** What the report blames: each violation as [invariant, task id, or project id for project-wide ones], sorted. */
 const blamed = (report: AuditReport) => report.violations.map((v) => [v.invariant, v.taskId ?? v.projectId ?? null]).sort((a, b) => String(a).localeCompare(String(b)));
@@ -100,7 +99,7 @@ describe('the auditor catches planted corruption', () => {
     await claim(stack, assigned, 'ann-slow');
     for (const taskId of [t1, t2, t3]) await waitForStatus(stack, taskId, 'completed');
     await waitForStatus(stack, failed, 'failed');
-    const res = await stack.http('task-svc').post(`/tasks/${cancelled}/cancel`, { reason: 'customer withdrew the sample' }, admin);
+    const res = await stack.http('task-svc').post(`/tasks/${cancelled}/cancel`, { reason: 'customer withdrew the sample' });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     await eventually(async () => {
       expect(await rows(stack, 'qa-svc', 'SELECT attempt, status, close_reason FROM reviews WHERE task_id = $1', [cancelled])).toEqual([{ attempt: 1, status: 'revoked', close_reason: 'CANCELLED' }]);

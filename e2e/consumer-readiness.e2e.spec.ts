@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import {
+  authEnv,
   createTestDatabase,
   eventually,
   holdConsumerGroup,
@@ -32,6 +33,7 @@ describe('readiness of a service whose consumer crashed', () => {
     let foreign: HeldGroup | undefined = await holdConsumerGroup(infra.kafkaBrokers, `${prefix}.task-svc`);
     cleanups.push(async () => foreign?.release());
     const service: ServiceProcess = await startServiceProcess('task-svc', {
+      ...(await authEnv()),
       KAFKA_BROKERS: infra.kafkaBrokers,
       REDIS_URL: infra.redisUrl,
       DATABASE_URL: db.url,

@@ -1,10 +1,9 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { eventually, queryRows, startStack, type TestStack } from '@labelflow/testing';
+import { as, eventually, queryRows, startStack, type TestStack } from '@labelflow/testing';
 import { formatReport } from '@labelflow/auditor';
 import { auditStack, expectAuditClean } from './audit';
-import { claim, createProject, createTask, key, review, submitLabels, waitForStatus } from './saga';
+import { annotatorOf, claim, createProject, createTask, key, review, submitLabels, waitForStatus } from './saga';
 
-const admin = { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'admin-1' };
 const rows = <R extends Record<string, unknown>>(stack: TestStack, svc: Parameters<TestStack['http']>[0], sql: string, values: unknown[]) => queryRows<R>(stack.databases[svc], sql, values);
 const ledgerOf = async (stack: TestStack, taskId: string) =>
   (await rows<{ kind: string; attempt: number; amount: string }>(stack, 'billing-svc', 'SELECT kind, attempt, amount FROM ledger WHERE task_id = $1 ORDER BY id', [taskId])).map((e) => [e.kind, e.attempt, Number(e.amount)]);
@@ -37,10 +36,10 @@ describe('saga failure scenarios', () => {
     await expectAuditClean(stack, infra.kafkaBrokers);
 
     const billing = stack.http('billing-svc');
-    expect((await billing.post(`/tasks/${taskId}/billing/retry`, undefined, admin)).status).toBe(409);
+    expect((await billing.post(`/tasks/${taskId}/billing/retry`)).status).toBe(409);
     expect((await billing.post(`/projects/${projectId}/top-ups`, { amount: 1_000 }, key())).status).toBe(200);
-    expect((await billing.post(`/tasks/${taskId}/billing/retry`)).status).toBe(403);
-    expect((await billing.post(`/tasks/${taskId}/billing/retry`, undefined, admin)).status).toBe(200);
+    expect((await billing.as(as.annotator('ann-b', projectId)).post(`/tasks/${taskId}/billing/retry`)).status).toBe(403);
+    expect((await billing.post(`/tasks/${taskId}/billing/retry`)).status).toBe(200);
     await waitForStatus(stack, taskId, 'completed');
     await eventually(async () => {
       expect(await labelStatuses(stack, taskId)).toEqual([[1, 'accepted']]);
@@ -97,7 +96,7 @@ describe('saga failure scenarios', () => {
     expect(billed.body.ledger).toEqual([]);
     expect((await billing.get<{ balance: number }>(`/annotators/${annotator}/payouts`)).body.balance).toBe(held);
     expect((await billing.get<{ balance: number }>(`/projects/${projectId}`)).body.balance).toBe(10_000);
-    const retried = await billing.post<{ error: { code: string } }>(`/tasks/${taskId}/billing/retry`, undefined, admin);
+    const retried = await billing.post<{ error: { code: string } }>(`/tasks/${taskId}/billing/retry`);
     expect([retried.status, retried.body.error.code]).toEqual([409, 'PAYOUT_LIMIT_EXCEEDED']);
     expect((await task(stack, taskId)).status).toBe('failed');
     await expectAuditCleanAndNothingDeadLettered();
@@ -118,7 +117,7 @@ describe('saga failure scenarios', () => {
     const most = await billing.post<{ balance: number }>(`/projects/${projectId}/top-ups`, { amount: MAX - 1_000 }, key());
     expect([most.status, most.body.balance]).toEqual([200, MAX - 250]);
 
-    expect((await stack.http('task-svc').post(`/tasks/${taskId}/cancel`, { reason: 'customer withdrew the sample' }, admin)).status).toBe(200);
+    expect((await stack.http('task-svc').post(`/tasks/${taskId}/cancel`, { reason: 'customer withdrew the sample' })).status).toBe(200);
     await eventually(async () => expect((await billing.get<{ balance: number }>(`/projects/${projectId}`)).body.balance).toBe(MAX));
     expect(await ledgerOf(stack, taskId)).toEqual([['debit', 1, 250], ['credit', 1, 250], ['refund', 1, 250], ['reversal', 1, 250]]);
     await expectAuditCleanAndNothingDeadLettered();
@@ -133,11 +132,11 @@ describe('saga failure scenarios', () => {
     const projectId = await createProject(stack, 1_000, 250);
     const taskId = await createTask(stack, projectId, `cancel when ${stage}`);
     await advance(stack, taskId);
-    const res = await stack.http('task-svc').post<{ status: string }>(`/tasks/${taskId}/cancel`, { reason: 'customer withdrew the sample' }, admin);
+    const res = await stack.http('task-svc').post<{ status: string }>(`/tasks/${taskId}/cancel`, { reason: 'customer withdrew the sample' });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.status).toBe('cancelled');
-    expect((await stack.http('task-svc').post(`/tasks/${taskId}/cancel`, { reason: 'again' }, admin)).status).toBe(200);
-    expect((await stack.http('task-svc').post(`/tasks/${taskId}/cancel`, { reason: 'not an admin' })).status).toBe(403);
+    expect((await stack.http('task-svc').post(`/tasks/${taskId}/cancel`, { reason: 'again' })).status).toBe(200);
+    expect((await stack.http('task-svc', as.annotator('ann-c', projectId)).post(`/tasks/${taskId}/cancel`, { reason: 'not a manager' })).status).toBe(403);
 
     await eventually(async () => {
       expect((await labelStatuses(stack, taskId)).filter(([, s]) => s !== 'voided')).toEqual([]);
@@ -165,7 +164,7 @@ describe('the assignment lease', () => {
     await claim(stack, taskId, 'ann-slow');
     await eventually(async () => expect(await task(stack, taskId)).toMatchObject({ status: 'open', attempt: 2 }), { timeoutMs: 20_000 });
     await eventually(async () => {
-      const res = await stack.http('label-svc').post<{ error: { code: string } }>(`/tasks/${taskId}/labels`, { annotatorId: 'ann-slow', annotations: [{ label: 'late' }] });
+      const res = await stack.http('label-svc', await annotatorOf(stack, taskId, 'ann-slow')).post<{ error: { code: string } }>(`/tasks/${taskId}/labels`, { annotatorId: 'ann-slow', annotations: [{ label: 'late' }] });
       expect(res.status).toBe(409);
       expect(['LEASE_EXPIRED', 'ASSIGNMENT_UNKNOWN']).toContain(res.body.error.code);
     });

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { httpClient, queryRows, startStack, type TestStack } from '@labelflow/testing';
+import { as, httpClient, queryRows, startStack, type TestStack } from '@labelflow/testing';
 import { claim, createProject, createTask, key, submitLabels } from './saga';
 
 describe('idempotent HTTP commands across the services', () => {
@@ -46,19 +46,25 @@ describe('idempotent HTTP commands across the services', () => {
     const headers = key();
     const body = { annotatorId: 'ann-dbl', attempt: 1, annotations: [{ label: 'cat' }] };
     await submitLabels(stack, taskId, 'ann-dbl', body, headers);
-    const second = await stack.http('label-svc').post<{ status: string }>(`/tasks/${taskId}/labels`, body, headers);
+    const second = await stack.http('label-svc', as.annotator('ann-dbl', projectId)).post<{ status: string }>(`/tasks/${taskId}/labels`, body, headers);
     expect(second.status).toBe(201);
     expect(second.headers.get('idempotent-replayed')).toBe('true');
   });
 
-  it('hides who won a contested claim from annotators but tells an admin', async () => {
+  it('hides who won a contested claim from annotators but tells one who may see people, a manager of the project who annotates too', async () => {
     const taskId = await createTask(stack, projectId);
     await claim(stack, taskId, 'ann-winner');
-    const loser = await stack.http('task-svc').post<{ error: { code: string; details?: unknown } }>(`/tasks/${taskId}/claim`, { annotatorId: 'ann-loser' });
+    const task = stack.http('task-svc');
+    const loser = await task.as(as.annotator('ann-loser', projectId)).post<{ error: { code: string; details?: unknown } }>(`/tasks/${taskId}/claim`, {});
     expect(loser.status).toBe(409);
     expect(JSON.stringify(loser.body)).not.toContain('ann-winner');
-    const asAdmin = await stack.http('task-svc').post<{ error: { details?: { assignee?: string } } }>(`/tasks/${taskId}/claim`, { annotatorId: 'ann-loser' }, { 'x-labelflow-role': 'admin' });
-    expect(asAdmin.body.error.details?.assignee).toBe('ann-winner');
+    const lead = { user: 'lead-1', projects: { [projectId]: ['manager', 'annotator'] } } as const;
+    const asManager = await task.as(lead).post<{ error: { code: string; details?: { assignee?: string } } }>(`/tasks/${taskId}/claim`, {});
+    expect([asManager.status, asManager.body.error.code]).toEqual([409, 'TASK_NOT_CLAIMABLE']);
+    expect(asManager.body.error.details?.assignee).toBe('ann-winner');
+    // A platform admin sees every assignee but never claims.
+    const asAdmin = await task.post<{ error: { code: string } }>(`/tasks/${taskId}/claim`, {});
+    expect([asAdmin.status, asAdmin.body.error.code]).toEqual([403, 'FORBIDDEN']);
   });
 });
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ServiceName } from '@labelflow/contracts';
 import { eventually, metricValue, queryRows, startStack, type HttpResult, type TestStack } from '@labelflow/testing';
-import { claim, createProject, createTask, key } from './saga';
+import { annotatorOf, claim, createProject, createTask, key, reviewerOf } from './saga';
 
 type ErrorBody = { error: { code: string } };
 type TaskView = { status: string; attempt: number };
@@ -24,9 +24,12 @@ describe('waiting instead of polling (Prefer: wait)', () => {
   /** Waits ended by the task's signal, not by the 1 s fallback re-check. */
   const signalled = async (service: ServiceName, route: string) => metricValue(await stack.metrics(service), 'http_long_poll_wakeups_total', { route, cause: 'signal' });
   const labelsBody = (annotatorId: string) => ({ annotatorId, annotations: [{ label: 'cat', confidence: 0.9 }] });
-  const labels = (taskId: string, annotatorId: string, headers: Record<string, string> = {}) => stack.http('label-svc').post<ErrorBody & { status: string; attempt: number; eventId: string }>(`/tasks/${taskId}/labels`, labelsBody(annotatorId), headers);
-  const review = (taskId: string, decision: 'approve' | 'reject', headers: Record<string, string> = {}) =>
-    stack.http('qa-svc').post<ErrorBody & { status: string; attempt: number }>(`/reviews/${taskId}`, { reviewerId: 'reviewer-1', decision, ...(decision === 'reject' ? { reason: 'boxes too loose' } : {}) }, headers);
+  /** Labels submitted by `annotatorId` herself, an annotator of the task's project. */
+  const labels = async (taskId: string, annotatorId: string, headers: Record<string, string> = {}) =>
+    stack.http('label-svc', await annotatorOf(stack, taskId, annotatorId)).post<ErrorBody & { status: string; attempt: number; eventId: string }>(`/tasks/${taskId}/labels`, labelsBody(annotatorId), headers);
+  /** The decision of a reviewer of the task's project. */
+  const review = async (taskId: string, decision: 'approve' | 'reject', headers: Record<string, string> = {}) =>
+    stack.http('qa-svc', await reviewerOf(stack, taskId)).post<ErrorBody & { status: string; attempt: number }>(`/reviews/${taskId}`, { decision, ...(decision === 'reject' ? { reason: 'boxes too loose' } : {}) }, headers);
   const readTask = (taskId: string, query: string, headers: Record<string, string> = {}) => stack.http('task-svc').get<TaskView>(`/tasks/${taskId}${query}`, headers);
   const code = (res: HttpResult<ErrorBody>) => res.body.error?.code;
 

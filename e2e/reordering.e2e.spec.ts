@@ -2,9 +2,9 @@ import { randomInt, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { EventId, ProjectId, TaskId, topicName, topicOf, TopicSchemas, type EventType, type ServiceName } from '@labelflow/contracts';
 import { composeSnowflake, MAX_SEQUENCE, MAX_WORKER_ID } from '@labelflow/idgen';
-import { eventually, metricValue, produceRaw, queryRows, startStack, type TestStack } from '@labelflow/testing';
+import { as, eventually, metricValue, produceRaw, queryRows, startStack, type TestStack } from '@labelflow/testing';
 import { auditStack, expectAuditClean } from './audit';
-import { claim, createProject, createTask, submitLabels, waitForStatus } from './saga';
+import { annotatorOf, claim, createProject, createTask, reviewerOf, submitLabels, waitForStatus } from './saga';
 
 /**
  * Events built by hand and produced raw, one at a time, each only once the previous one has been
@@ -204,7 +204,7 @@ describe('compensations that arrive before the event they compensate, and stale 
     // Attempt 2 runs normally, by another annotator, and is the one paid for.
     await claim(stack, taskId, 'ann-d2');
     await eventually(async () => {
-      const res = await stack.http('label-svc').post(`/tasks/${taskId}/labels`, { annotatorId: 'ann-d2', attempt: 2, annotations: [{ label: 'cat', confidence: 0.95 }] });
+      const res = await stack.http('label-svc', await annotatorOf(stack, taskId, 'ann-d2')).post(`/tasks/${taskId}/labels`, { annotatorId: 'ann-d2', attempt: 2, annotations: [{ label: 'cat', confidence: 0.95 }] });
       expect(res.status, JSON.stringify(res.body)).toBe(201);
     });
     await decide(stack, taskId, { decision: 'approve', attempt: 2 });
@@ -227,7 +227,7 @@ describe('compensations that arrive before the event they compensate, and stale 
     const annotators = Array.from({ length: 20 }, (_, i) => `ann-e${i}`);
     const answers = await Promise.all(
       annotators.map(async (annotatorId) => {
-        const res = await stack.http('task-svc').post<{ assignee?: string; error?: { code: string } }>(`/tasks/${taskId}/claim`, { annotatorId });
+        const res = await stack.http('task-svc', as.annotator(annotatorId, projectId)).post<{ assignee?: string; error?: { code: string } }>(`/tasks/${taskId}/claim`, { annotatorId });
         return { annotatorId, status: res.status, code: res.body.error?.code, assignee: res.body.assignee };
       }),
     );
@@ -251,8 +251,9 @@ describe('compensations that arrive before the event they compensate, and stale 
 
 /** The reviewer's decision over HTTP, retried until qa-svc has opened the review (it answers 404 until then). */
 async function decide(stack: TestStack, taskId: string, body: { decision: 'approve' | 'reject'; reason?: string; attempt?: number }): Promise<void> {
+  const qa = stack.http('qa-svc', await reviewerOf(stack, taskId));
   await eventually(async () => {
-    const res = await stack.http('qa-svc').post(`/reviews/${taskId}`, { reviewerId: 'reviewer-1', ...body });
+    const res = await qa.post(`/reviews/${taskId}`, body);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
   });
 }

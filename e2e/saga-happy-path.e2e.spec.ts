@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { eventually, queryRows, startStack, type TestStack } from '@labelflow/testing';
+import { as, eventually, queryRows, startStack, tokenFor, type TestStack } from '@labelflow/testing';
 import { expectAuditClean } from './audit';
 import { claim, createProject, createTask, key, review, submitLabels, waitForStatus } from './saga';
 
@@ -65,21 +65,22 @@ describe('the annotation saga on the happy path', () => {
     const projectId = await createProject(stack, 1_000, 100);
     const taskId = await createTask(stack, projectId);
     await claim(stack, taskId, 'alice');
-    const stolen = await task.post<{ error: { code: string } }>(`/tasks/${taskId}/claim`, { annotatorId: 'mallory' });
+    const mallory = as.annotator('mallory', projectId);
+    const stolen = await task.as(mallory).post<{ error: { code: string } }>(`/tasks/${taskId}/claim`, { annotatorId: 'mallory' });
     expect(stolen.status).toBe(409);
     expect(stolen.body.error.code).toBe('TASK_NOT_CLAIMABLE');
 
-    const labels = stack.http('label-svc');
+    const labels = stack.http('label-svc', mallory);
     await eventually(async () => {
       const res = await labels.post<{ error: { code: string } }>(`/tasks/${taskId}/labels`, { annotatorId: 'mallory', annotations: [{ label: 'dog' }] });
       expect(res.status).toBe(403);
       expect(res.body.error.code).toBe('NOT_ASSIGNEE');
     });
-    const empty = await labels.post(`/tasks/${taskId}/labels`, { annotatorId: 'alice', annotations: [] });
+    const empty = await labels.as(as.annotator('alice', projectId)).post(`/tasks/${taskId}/labels`, { annotatorId: 'alice', annotations: [] });
     expect(empty.status).toBe(400);
   });
 
-  it('refuses what PostgreSQL cannot store, malformed caller headers, misspelt fields and bad URLs with 400, and takes a project id in any case', async () => {
+  it('refuses what PostgreSQL cannot store, misspelt fields and bad URLs with 400, a missing or malformed token with 401, and takes a project id in any case', async () => {
     const task = stack.http('task-svc');
     const projectId = await createProject(stack, 1_000, 100);
     type Failure = { error: { code: string; message: string } };
@@ -91,18 +92,24 @@ describe('the annotation saga on the happy path', () => {
     const nameless = await stack.http('billing-svc').post<Failure>('/projects', { name: 'nul\u0000', budget: 1, pricePerTask: 1 }, key());
     expect([nameless.status, nameless.body.error.code]).toEqual([400, 'VALIDATION_FAILED']);
 
-    // The admin's user name travels in TaskCancelled; one the contracts refuse must never get that far.
+    // The admin's user name travels in TaskCancelled; a token whose subject the contracts refuse,
+    // like a missing or malformed token, never gets that far.
     const taskId = await createTask(stack, projectId);
-    const longUser = await task.post<Failure>(`/tasks/${taskId}/cancel`, { reason: 'x' }, { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'a'.repeat(129) });
-    expect([longUser.status, longUser.body.error.code]).toEqual([400, 'CALLER_INVALID']);
-    const badRole = await task.post<Failure>(`/tasks/${taskId}/cancel`, { reason: 'x' }, { 'x-labelflow-role': 'Admin; drop', 'x-labelflow-user': 'ops' });
-    expect([badRole.status, badRole.body.error.code]).toEqual([400, 'CALLER_INVALID']);
+    const longUser = await task.post<Failure>(`/tasks/${taskId}/cancel`, { reason: 'x' }, { authorization: `Bearer ${await tokenFor(as.admin('a'.repeat(129)))}` });
+    expect([longUser.status, longUser.body.error.code]).toEqual([401, 'TOKEN_INVALID']);
+    expect(longUser.headers.get('www-authenticate')).toMatch(/^Bearer realm="labelflow", error="invalid_token"/);
+    const notBearer = await task.post<Failure>(`/tasks/${taskId}/cancel`, { reason: 'x' }, { authorization: 'Basic b3BzOnNlY3JldA==' });
+    expect([notBearer.status, notBearer.body.error.code]).toEqual([401, 'TOKEN_INVALID']);
+    const forged = await task.post<Failure>(`/tasks/${taskId}/cancel`, { reason: 'x' }, { authorization: `Bearer ${(await tokenFor(as.admin())).replace(/\.[^.]+$/, '.AAAA')}` });
+    expect([forged.status, forged.body.error.code]).toEqual([401, 'TOKEN_INVALID']);
+    const anonymous = await task.as(null).post<Failure>(`/tasks/${taskId}/cancel`, { reason: 'x' });
+    expect([anonymous.status, anonymous.body.error.code, anonymous.headers.get('www-authenticate')]).toEqual([401, 'TOKEN_MISSING', 'Bearer realm="labelflow"']);
     expect((await task.get<{ status: string }>(`/tasks/${taskId}`)).body.status).toBe('open');
 
     await claim(stack, taskId, 'alice');
-    const typo = await stack.http('label-svc').post<Failure>(`/tasks/${taskId}/labels`, { annotatorId: 'alice', annotations: [{ label: 'cat', confidnce: 0.9 }] }, key());
+    const typo = await stack.http('label-svc', as.annotator('alice', projectId)).post<Failure>(`/tasks/${taskId}/labels`, { annotatorId: 'alice', annotations: [{ label: 'cat', confidnce: 0.9 }] }, key());
     expect([typo.status, typo.body.error.code]).toEqual([400, 'VALIDATION_FAILED']);
-    const retryBody = await stack.http('billing-svc').post<Failure>(`/tasks/${taskId}/billing/retry`, { foo: 1 }, { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'ops' });
+    const retryBody = await stack.http('billing-svc').post<Failure>(`/tasks/${taskId}/billing/retry`, { foo: 1 });
     expect([retryBody.status, retryBody.body.error.code]).toEqual([400, 'VALIDATION_FAILED']);
 
     const badUrl = await task.get<Failure>('/tasks/%E0%A4%A');

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { eventually, queryRows, readTopic, startStack, type TestStack } from '@labelflow/testing';
-import { claim, createProject, createTask } from './saga';
+import { annotatorOf, claim, createProject, createTask } from './saga';
 
 describe('W3C trace context', () => {
   let stack: TestStack;
@@ -17,7 +17,7 @@ describe('W3C trace context', () => {
     const taskId = await createTask(stack, projectId);
     await claim(stack, taskId, 'annotator-t');
     await eventually(async () => {
-      const res = await stack.http('label-svc').post(`/tasks/${taskId}/labels`, { annotatorId: 'annotator-t', annotations: [{ label: 'cat' }] }, { traceparent });
+      const res = await stack.http('label-svc', await annotatorOf(stack, taskId, 'annotator-t')).post(`/tasks/${taskId}/labels`, { annotatorId: 'annotator-t', annotations: [{ label: 'cat' }] }, { traceparent });
       expect(res.status).toBe(201);
     });
 

@@ -35,6 +35,15 @@ eval "$(bash infra/local/stack.sh env | sed 's/^/export /')"
 echo "== building services" >&2
 node scripts/build.mjs
 
+# The services verify bearer tokens against the local development key (created on first use in
+# .local/auth, or LABELFLOW_SIGNING_KEY_FILE); `npm run token` signs with the same key. Settings
+# already in the environment (a real identity provider's) win.
+if [ -z "${AUTH_PUBLIC_KEYS:-}${AUTH_PUBLIC_KEYS_FILE:-}${AUTH_JWKS_URL:-}" ]; then
+  echo "== development identity ($(node -e 'console.log(process.env.LABELFLOW_SIGNING_KEY_FILE || ".local/auth/dev-signing-key.json")'))" >&2
+  AUTH_PUBLIC_KEYS="$(npx --no-install tsx tools/token/src/jwks.ts)"
+  export AUTH_PUBLIC_KEYS AUTH_ISSUER="${AUTH_ISSUER:-labelflow-dev}" AUTH_AUDIENCE="${AUTH_AUDIENCE:-labelflow}"
+fi
+
 PORT_BASE="${LABELFLOW_PORT_BASE:-3001}"
 DB_SUFFIX="${LABELFLOW_DB_SUFFIX:-}"
 SVC_LOG_DIR="${LABELFLOW_LOG_DIR:-.local/logs}"

@@ -71,4 +71,22 @@ ALTER TABLE ledger ALTER COLUMN task_id TYPE text USING task_id::text;
 ALTER TABLE billings ALTER COLUMN task_id TYPE text USING task_id::text;
 ALTER TABLE billing_tasks ALTER COLUMN task_id TYPE text USING task_id::text;`,
   },
+  {
+    version: 5,
+    name: 'keyset index for payouts by project',
+    // An annotator's entries in one project, in id order: pageLedger reads one such range per
+    // project a manager may see. Without a project filter it reads ledger_annotator (version 2).
+    sql: `
+CREATE INDEX ledger_annotator_project ON ledger (annotator_id, project_id, id) WHERE annotator_id IS NOT NULL;`,
+  },
+  {
+    version: 6,
+    name: 'who moved the money',
+    // ledger.actor: the person whose decision booked the entry (who topped up, the reviewer whose
+    // approval a debit and credit pay for, who cancelled); null only for the system's own (a
+    // refund of a superseded attempt) and for entries from before it was recorded.
+    sql: `
+ALTER TABLE ledger ADD COLUMN actor text;
+ALTER TABLE billings ADD COLUMN approved_by text;`,
+  },
 ];

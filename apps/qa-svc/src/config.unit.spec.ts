@@ -2,7 +2,14 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig } from '@labelflow/service-kit';
 import { QaSvcConfig } from './config';
 
-const env = { KAFKA_BROKERS: 'localhost:9092', DATABASE_URL: 'postgres://u:p@localhost:5432/qa', REDIS_URL: 'redis://localhost:6379' };
+const env = {
+  KAFKA_BROKERS: 'localhost:9092',
+  DATABASE_URL: 'postgres://u:p@localhost:5432/qa',
+  REDIS_URL: 'redis://localhost:6379',
+  AUTH_ISSUER: 'https://idp.test',
+  AUTH_AUDIENCE: 'labelflow',
+  AUTH_JWKS_URL: 'https://idp.test/.well-known/jwks.json',
+};
 
 describe('qa-svc: configuration', () => {
   it('defaults the review SLA to 72 hours', () => {

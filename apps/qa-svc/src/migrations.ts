@@ -51,4 +51,17 @@ INSERT INTO review_tasks (task_id) SELECT DISTINCT task_id FROM reviews;`,
 ALTER TABLE reviews ALTER COLUMN task_id TYPE text USING task_id::text;
 ALTER TABLE review_tasks ALTER COLUMN task_id TYPE text USING task_id::text;`,
   },
+  {
+    version: 6,
+    name: 'keyset indexes for review lists',
+    // One ordered range per filter shape pageReviewRows reads: by project, by project and status,
+    // and (callers who may see every project) by nothing or by status. The wider status index
+    // replaces reviews_status, its prefix. A task's history keeps using the primary key.
+    sql: `
+CREATE INDEX reviews_project_opened ON reviews (project_id, opened_at, task_id, attempt);
+CREATE INDEX reviews_project_status_opened ON reviews (project_id, status, opened_at, task_id, attempt);
+CREATE INDEX reviews_opened ON reviews (opened_at, task_id, attempt);
+CREATE INDEX reviews_status_opened ON reviews (status, opened_at, task_id, attempt);
+DROP INDEX reviews_status;`,
+  },
 ];

@@ -39,4 +39,17 @@ CREATE TABLE project_keys (
   project_key text NOT NULL
 );`,
   },
+  {
+    version: 5,
+    name: 'keyset indexes for task lists',
+    // One ordered range per filter shape listTasks reads: by project, by project and status, and
+    // (callers who may see every project) by nothing or by status. The (project_id, status) index
+    // is a prefix of the wider one, so it goes.
+    sql: `
+CREATE INDEX tasks_project_created ON tasks (project_id, created_at, task_id);
+CREATE INDEX tasks_project_status_created ON tasks (project_id, status, created_at, task_id);
+CREATE INDEX tasks_created ON tasks (created_at, task_id);
+CREATE INDEX tasks_status_created ON tasks (status, created_at, task_id);
+DROP INDEX tasks_project_status;`,
+  },
 ];

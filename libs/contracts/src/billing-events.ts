@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AnnotatorId, Money, storable } from './ids';
+import { ActorName, AnnotatorId, Money, storable } from './ids';
 import { defineEvent } from './envelope';
 
 /**
@@ -9,11 +9,15 @@ import { defineEvent } from './envelope';
 export const BillingFailureReason = z.enum(['INSUFFICIENT_BUDGET', 'PROJECT_NOT_FOUND', 'INJECTED_FAILURE', 'PAYOUT_LIMIT_EXCEEDED']);
 export type BillingFailureReason = z.infer<typeof BillingFailureReason>;
 
-export const BillingCompleted = defineEvent('BillingCompleted', 1, z.object({ annotatorId: AnnotatorId, amount: Money }));
+// `approvedBy`, `refundedBy`: the person whose decision moved the money (the approving reviewer, the
+// admin who cancelled), so every ledger entry traces to one. Optional: events from before they were
+// recorded have none, and a refund for a superseded attempt is the system's.
+export const BillingCompleted = defineEvent('BillingCompleted', 1, z.object({ annotatorId: AnnotatorId, amount: Money, approvedBy: ActorName.optional() }));
 export const BillingFailed = defineEvent('BillingFailed', 1, z.object({
   annotatorId: AnnotatorId,
   reason: BillingFailureReason,
   detail: storable(z.string().max(2000)),
+  approvedBy: ActorName.optional(),
 }));
 
 /** A billed attempt was undone: the debit returned to the budget and the payout reversed. */
@@ -21,6 +25,7 @@ export const BillingRefunded = defineEvent('BillingRefunded', 1, z.object({
   annotatorId: AnnotatorId,
   amount: Money,
   reason: z.enum(['TASK_CANCELLED', 'ATTEMPT_SUPERSEDED']),
+  refundedBy: ActorName.optional(),
 }));
 
 export const BillingEvent = z.discriminatedUnion('type', [BillingCompleted, BillingFailed, BillingRefunded]);

@@ -18,7 +18,7 @@ const uuid = z
   .string()
   .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID')
   .transform((v) => v.toLowerCase());
-/** A person or system acting in the saga: annotators, reviewers, and the caller named by the gateway. */
+/** A person or system acting in the saga: annotators, reviewers, and any authenticated caller (a token's `sub`). */
 export const ActorName = z
   .string()
   .min(1)

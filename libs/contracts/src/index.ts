@@ -6,4 +6,3 @@ export * from './qa-events';
 export * from './billing-events';
 export * from './topics';
 export * from './errors';
-export * from './caller';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AnnotatorId, Attempt, storable } from './ids';
+import { ActorName, AnnotatorId, Attempt, storable } from './ids';
 import { defineEvent } from './envelope';
 
 export const TaskCreated = defineEvent('TaskCreated', 1, z.object({
@@ -7,6 +7,8 @@ export const TaskCreated = defineEvent('TaskCreated', 1, z.object({
   dataUri: storable(z.string().min(1).max(2048)),
   /** Human-friendly number within the project, e.g. `PRJ-1042` (gaps allowed, never reused). */
   taskNumber: z.string().regex(/^[A-Z][A-Z0-9]{1,9}-[1-9][0-9]*$/).optional(),
+  /** Who created it (the authenticated caller). Optional: tasks created before callers were authenticated have none. */
+  createdBy: ActorName.optional(),
 }));
 export const TaskAssigned = defineEvent('TaskAssigned', 1, z.object({
   annotatorId: AnnotatorId,

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import Fastify, { type FastifyError } from 'fastify';
@@ -76,6 +76,15 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     }
   }
 
+  /**
+   * Who the caller is. A service takes it from the verified token; this app has no authentication,
+   * so a test header stands in for it (the plugin trusts whatever `callerOf` answers).
+   */
+  const callerOf = (request: FastifyRequest) => {
+    const user = request.headers['x-test-caller'];
+    return typeof user === 'string' && user !== '' ? user : 'anonymous';
+  };
+
   /** A service-like app: JSON errors, the plugin, and routes whose command inserts an effect. */
   const start = async (over: Partial<IdempotencyPluginOptions> & { redisUrl?: string | null } = {}) => {
     const metrics = createMetrics({ service: 'idem-test', defaults: false });
@@ -86,7 +95,7 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     app.setErrorHandler((error: FastifyError | HttpError, _request, reply) =>
       reply.status(error instanceof HttpError ? error.status : (error.statusCode ?? 500)).send({ error: { code: error.code, message: error.message } }),
     );
-    await app.register(idempotencyPlugin, { pool, ...(redis ? { redis } : {}), namespace, logger, metrics, ...over });
+    await app.register(idempotencyPlugin, { pool, ...(redis ? { redis } : {}), namespace, logger, metrics, callerOf, ...over });
 
     const command = (body: { name: string; reject?: boolean }) => async (tx: pg.PoolClient, key: string | undefined) => {
       const id = randomUUID();
@@ -114,12 +123,12 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     await app.listen({ port: 0, host: '127.0.0.1' });
     apps.push(app);
     const address = app.server.address();
-    const http = httpClient(`http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`);
+    const http = httpClient(`http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`, null);
     return { app, http, metrics, namespace, redis };
   };
 
   const post = (http: HttpClient, body: object, key?: string, headers: Record<string, string> = {}, project = 'p1') =>
-    http.post<Thing & Problem>(`/projects/${project}/things`, body, { 'x-labelflow-user': 'alice', ...(key === undefined ? {} : { 'idempotency-key': key }), ...headers });
+    http.post<Thing & Problem>(`/projects/${project}/things`, body, { 'x-test-caller': 'alice', ...(key === undefined ? {} : { 'idempotency-key': key }), ...headers });
   const effects = async (name: string) => Number((await pool.query('SELECT count(*) AS n FROM effects WHERE name = $1', [name])).rows[0].n);
   const outcome = async (metrics: Metrics, o: string) => metricValue(await metrics.render(), 'idempotency_requests_total', { outcome: o });
 
@@ -147,7 +156,7 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     expect(await effects(`${name}-o`)).toBe(1);
 
     // Another caller or another project is another scope: the same key runs again there.
-    expect((await post(http, { name }, key, { 'x-labelflow-user': 'bob' })).headers.get('idempotent-replayed')).toBeNull();
+    expect((await post(http, { name }, key, { 'x-test-caller': 'bob' })).headers.get('idempotent-replayed')).toBeNull();
     expect((await post(http, { name }, key, {}, 'p2')).headers.get('idempotent-replayed')).toBeNull();
     expect(await effects(name)).toBe(3);
     expect(await outcome(metrics, 'replayed')).toBe(2);
@@ -223,7 +232,7 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     expect(reused.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     expect(reused.body).toMatchObject({ type: 'urn:labelflow:problem:idempotency-key-reused', status: 422, code: 'IDEMPOTENCY_KEY_REUSED' });
     // The route pattern is part of the fingerprint: the same key, scope and body on another route is a reuse.
-    const otherRoute = await http.post<Problem>('/projects/p1/other-things', { name }, { 'x-labelflow-user': 'alice', 'idempotency-key': key });
+    const otherRoute = await http.post<Problem>('/projects/p1/other-things', { name }, { 'x-test-caller': 'alice', 'idempotency-key': key });
     expect(otherRoute.status).toBe(422);
     expect(otherRoute.body.code).toBe('IDEMPOTENCY_KEY_REUSED');
     expect(await effects(`${name}-b`)).toBe(0);

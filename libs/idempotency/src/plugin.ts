@@ -3,7 +3,6 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import { BreakerState, CircuitBreaker } from '@labelflow/dedup';
-import { callerOf } from '@labelflow/contracts';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import { IdempotencyError, IdempotencyErrors, type IdempotencyErrorCode } from './errors';
 import { checkIdempotencyKey, idempotencyScope, requestFingerprint } from './key';
@@ -34,8 +33,11 @@ export interface IdempotencyPluginOptions {
   readonly metrics?: Metrics;
   /** Clock (epoch ms) for created_at / expires_at; tests inject it. */
   readonly now?: () => number;
-  /** Who the caller is (the first part of the scope). Default: `callerOf(headers).user`. */
-  readonly callerOf?: (request: FastifyRequest) => string;
+  /**
+   * Who the caller is (the first part of the scope), from the authenticated request, never from
+   * something the client merely asserts: a key is only ever replayed to whoever first used it.
+   */
+  readonly callerOf: (request: FastifyRequest) => string;
   /** Wraps the command as a transaction body (the host's guard against a second connection). */
   readonly transactionBody?: <T>(fn: () => Promise<T>) => Promise<T>;
 }
@@ -111,6 +113,7 @@ const DAY_MS = 24 * 3600_000;
 function validate(options: IdempotencyPluginOptions): void {
   const bad = (message: string) => new IdempotencyError(IdempotencyErrors.CONFIG_INVALID, message);
   if (!options.pool) throw bad('idempotency: pool is required');
+  if (typeof options.callerOf !== 'function') throw bad('idempotency: callerOf is required (the authenticated caller scopes every key)');
   if (!options.namespace || /\s/.test(options.namespace)) throw bad('idempotency: namespace must be a non-empty string without spaces');
   for (const [name, value] of [['ttlMs', options.ttlMs], ['lockMs', options.lockMs], ['redisTimeoutMs', options.redisTimeoutMs]] as const) {
     if (value !== undefined && !(Number.isInteger(value) && value > 0)) throw bad(`idempotency: ${name} must be a positive integer (ms), got ${value}`);
@@ -162,7 +165,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
   const ttlMs = options.ttlMs ?? DAY_MS;
   const lockMs = options.lockMs ?? 30_000;
   const now = options.now ?? Date.now;
-  const callerFor = options.callerOf ?? ((request: FastifyRequest) => callerOf(request.headers).user);
+  const callerFor = options.callerOf;
   const log = logger.child({ component: 'idempotency' });
 
   const requests = options.metrics?.counter('idempotency_requests_total', 'Requests through the Idempotency-Key layer, by outcome', ['outcome']);

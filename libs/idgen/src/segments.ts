@@ -13,6 +13,11 @@ export interface SegmentAllocatorOptions {
   readonly onSegmentFetched?: (scope: string, from: number, to: number, prefetch: boolean) => void;
   /** A background prefetch failed; the next `next()` that needs numbers fetches again (and throws if that fails). */
   readonly onPrefetchError?: (scope: string, err: unknown) => void;
+  /**
+   * Scopes kept in memory; beyond it the least recently used idle one is forgotten (the rest of its
+   * segments become a gap). Bounds memory however many scopes callers name. Default 10 000.
+   */
+  readonly maxScopes?: number;
 }
 
 export interface SegmentAllocator {
@@ -50,7 +55,8 @@ const Scope = z.string().min(1).max(200);
  * (gaps), which is by design.
  */
 export function createSegmentAllocator(options: SegmentAllocatorOptions): SegmentAllocator {
-  const { pool, segmentSize = 100, prefetchAt = 0.2, onSegmentFetched, onPrefetchError } = options;
+  const { pool, segmentSize = 100, prefetchAt = 0.2, onSegmentFetched, onPrefetchError, maxScopes = 10_000 } = options;
+  if (!Number.isInteger(maxScopes) || maxScopes < 1) throw new IdgenError(IdgenErrors.CONFIG_INVALID, `maxScopes must be a positive integer, got ${maxScopes}`);
   if (!Number.isInteger(segmentSize) || segmentSize < 1 || segmentSize > 1_000_000) {
     throw new IdgenError(IdgenErrors.CONFIG_INVALID, `segmentSize must be an integer in 1..1000000, got ${segmentSize}`);
   }
@@ -81,14 +87,24 @@ export function createSegmentAllocator(options: SegmentAllocatorOptions): Segmen
     return state.inflight;
   };
 
+  /** Drops the least recently used scope with no fetch in flight (a fetching one is about to be used). */
+  const forgetIdle = () => {
+    for (const [name, s] of scopes) {
+      if (s.inflight) continue;
+      scopes.delete(name);
+      return;
+    }
+  };
+
   return {
     async next(scope: string): Promise<number> {
       if (!Scope.safeParse(scope).success) throw new IdgenError(IdgenErrors.INVALID_ID, 'scope must be a string of 1-200 characters');
       let state = scopes.get(scope);
-      if (!state) {
-        state = { current: undefined, buffer: undefined, inflight: undefined };
-        scopes.set(scope, state);
-      }
+      // Re-inserted on every use: the Map's order is then least recently used first.
+      if (state) scopes.delete(scope);
+      state ??= { current: undefined, buffer: undefined, inflight: undefined };
+      scopes.set(scope, state);
+      if (scopes.size > maxScopes) forgetIdle();
       for (;;) {
         // Everything from here to `return` is synchronous: concurrent callers cannot take the same number.
         const current = state.current;

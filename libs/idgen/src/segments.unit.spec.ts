@@ -67,6 +67,17 @@ describe('the segment allocator (in memory)', () => {
     expect(fake.roundTrips()).toBeLessThanOrEqual(49); // 475 / 10, plus at most one prefetched ahead
   });
 
+  it('forgets the least recently used scope beyond maxScopes and keeps handing out numbers never given before', async () => {
+    const fake = fakePool(0);
+    const alloc = createSegmentAllocator({ pool: fake.pool, segmentSize: 10, maxScopes: 2 });
+    expect([await alloc.next('a'), await alloc.next('b'), await alloc.next('a')]).toEqual([1, 1, 2]);
+    // `b` is the least recently used: `c` pushes it out, and its next number comes from a new segment.
+    expect(await alloc.next('c')).toBe(1);
+    expect(await alloc.next('a')).toBe(3);
+    expect(await alloc.next('b')).toBe(11);
+    expect(fake.roundTrips()).toBe(4);
+  });
+
   it('keeps scopes independent', async () => {
     const alloc = createSegmentAllocator({ pool: fakePool(0).pool, segmentSize: 5 });
     expect([await alloc.next('a'), await alloc.next('b'), await alloc.next('a')]).toEqual([1, 1, 2]);

@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import { DedupConfigShape, dedupConfigRefinement, dedupConfigRefinementMessage } from '@labelflow/dedup';
+import { AuthConfigShape, authConfigProblems } from './auth';
+import { KafkaSecurityShape, kafkaSecurityProblems } from './kafka-security';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
 /** One refinement, not regex + refine: zod runs every check, and one bad broker is one problem. */
@@ -30,6 +32,7 @@ export const BaseConfig = z.object({
   KAFKA_BROKERS: csv,
   KAFKA_TOPIC_PREFIX: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/).default('labelflow'),
   KAFKA_TOPIC_PARTITIONS: z.coerce.number().int().min(1).max(1000).default(6),
+  ...KafkaSecurityShape,
   DATABASE_URL: url(['postgres:', 'postgresql:']),
   REDIS_URL: url(['redis:', 'rediss:']),
   /** How long a silent consumer keeps its partitions; a crashed instance's are reassigned after it. */
@@ -50,6 +53,7 @@ export const BaseConfig = z.object({
   FAULT_KILL_BEFORE_PUBLISH: z.enum(['0', '1']).default('0').transform((v) => v === '1'),
   /** Fault injection for crash tests: SIGKILL after a POST committed, before its reply is sent. */
   FAULT_KILL_BEFORE_REPLY: z.enum(['0', '1']).default('0').transform((v) => v === '1'),
+  ...AuthConfigShape,
 });
 export type BaseConfig = z.infer<typeof BaseConfig>;
 
@@ -57,6 +61,8 @@ export type BaseConfig = z.infer<typeof BaseConfig>;
 export const checkBaseConfig = <C extends BaseConfig>(config: C): string[] => [
   ...(dedupConfigRefinement(config) ? [] : [`${dedupConfigRefinementMessage.path.join('.')}: ${dedupConfigRefinementMessage.message}`]),
   ...(config.CONSUMER_RETRY_MAX_MS >= config.CONSUMER_RETRY_INITIAL_MS ? [] : ['CONSUMER_RETRY_MAX_MS: must be at least CONSUMER_RETRY_INITIAL_MS']),
+  ...authConfigProblems(config),
+  ...kafkaSecurityProblems(config),
 ];
 
 /**

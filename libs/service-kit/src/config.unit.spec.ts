@@ -1,12 +1,18 @@
 import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { BaseConfig, loadConfig } from './config';
 import { ServiceKitError, ServiceKitErrors } from './errors';
+import { KafkaSecurityShape, kafkaSecurity, kafkaSecurityProblems } from './kafka-security';
 
 const validEnv = {
   PORT: '3001',
   KAFKA_BROKERS: 'kafka-1:9092, kafka-2:9092',
   DATABASE_URL: 'postgres://user:pw@localhost:5432/tasks',
   REDIS_URL: 'redis://localhost:6379',
+  // Required since services verify bearer tokens: who issues them, for whom, with which public key.
+  AUTH_ISSUER: 'labelflow-dev',
+  AUTH_AUDIENCE: 'labelflow',
+  AUTH_PUBLIC_KEYS: JSON.stringify({ keys: [{ kty: 'OKP', crv: 'Ed25519', x: '11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo' }] }),
 };
 const failure = (env: Record<string, string | undefined>): ServiceKitError => {
   try {
@@ -67,5 +73,55 @@ describe('service-kit: loadConfig', () => {
   it('rejects a broker port outside 1-65535 at startup', () => {
     const problems = failure({ ...validEnv, KAFKA_BROKERS: 'localhost:99999' }).details as string[];
     expect(problems).toEqual([expect.stringMatching(/^KAFKA_BROKERS.*port 1-65535/)]);
+  });
+});
+
+describe('service-kit: Kafka SASL and TLS settings', () => {
+  const sasl = { KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: 'labelflow', KAFKA_SASL_PASSWORD: 's3cret-pw' };
+  /** The Kafka security problems loadConfig reports for validEnv plus `env` (other settings' problems are not this block's concern). */
+  const kafkaProblems = (env: Record<string, string | undefined>): string[] => {
+    try {
+      loadConfig(BaseConfig, { ...validEnv, ...env });
+      return [];
+    } catch (error) {
+      return ((error as ServiceKitError).details as string[]).filter((p) => /^KAFKA_(SASL|SSL)/.test(p));
+    }
+  };
+  const parseKafkaSecurity = (env: Record<string, string>) => z.object(KafkaSecurityShape).parse(env);
+
+  it('accepts an environment without any SASL variable and connects without TLS', () => {
+    expect(kafkaProblems({})).toEqual([]);
+    expect(kafkaSecurity(parseKafkaSecurity({}))).toEqual({ ssl: false });
+  });
+
+  it('accepts mechanism, username and password together and hands them to createKafka', () => {
+    expect(kafkaProblems(sasl)).toEqual([]);
+    expect(kafkaSecurity(parseKafkaSecurity({ ...sasl, KAFKA_SSL: '1' }))).toEqual({
+      sasl: { mechanism: 'scram-sha-512', username: 'labelflow', password: 's3cret-pw' },
+      ssl: true,
+    });
+  });
+
+  it('refuses a SASL username and password without a mechanism, naming the missing variable', () => {
+    expect(kafkaProblems({ ...sasl, KAFKA_SASL_MECHANISM: undefined })).toEqual([expect.stringMatching(/^KAFKA_SASL_MECHANISM: required when KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD are set/)]);
+  });
+
+  it('refuses a mechanism alone, naming both missing variables', () => {
+    expect(kafkaProblems({ KAFKA_SASL_MECHANISM: 'scram-sha-512' })).toEqual([expect.stringMatching(/^KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD: required when KAFKA_SASL_MECHANISM is set/)]);
+  });
+
+  it('refuses an empty or blank password in the environment instead of sending it', () => {
+    expect(kafkaProblems({ ...sasl, KAFKA_SASL_PASSWORD: '' })).toEqual([expect.stringMatching(/^KAFKA_SASL_PASSWORD: required/)]);
+    expect(kafkaProblems({ ...sasl, KAFKA_SASL_PASSWORD: '   ' })).toEqual([expect.stringMatching(/^KAFKA_SASL_PASSWORD: required/)]);
+  });
+
+  it('refuses an empty password handed over as a parsed config', () => {
+    expect(kafkaSecurityProblems(parseKafkaSecurity({ ...sasl, KAFKA_SASL_PASSWORD: '' }))).toEqual(['KAFKA_SASL_PASSWORD: an empty password is refused']);
+    expect(kafkaSecurityProblems(parseKafkaSecurity({ ...sasl, KAFKA_SASL_USERNAME: ' ' }))).toEqual(['KAFKA_SASL_USERNAME: must not be empty']);
+  });
+
+  it('refuses an unknown mechanism and a KAFKA_SSL other than 0 or 1', () => {
+    const problems = kafkaProblems({ ...sasl, KAFKA_SASL_MECHANISM: 'gssapi', KAFKA_SSL: 'yes' });
+    expect(problems.map((p) => p.split(':')[0]).sort()).toEqual(['KAFKA_SASL_MECHANISM', 'KAFKA_SSL']);
   });
 });

@@ -1,6 +1,7 @@
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { z } from 'zod';
-import { CALLER_INVALID, callerOf, LabelflowError, parseCaller, type ErrorBody } from '@labelflow/contracts';
+import { can, installAuth, Permission, type AuthHookOptions } from '@labelflow/auth';
+import type { ErrorBody } from '@labelflow/contracts';
 import { withTraceContext, type Logger, type Metrics } from '@labelflow/telemetry';
 import { isTransientDbError } from './db';
 import { HttpError, ServiceKitError, ServiceKitErrors } from './errors';
@@ -11,6 +12,8 @@ export interface HttpAppDeps {
   readonly readiness: Readonly<Record<string, () => Promise<unknown>>>;
   readonly metrics?: Metrics;
   readonly bodyLimit?: number;
+  /** Every route but /healthz and /readyz requires a verified bearer token (see @labelflow/auth). */
+  readonly auth: AuthHookOptions;
 }
 
 const errorBody = (code: string, message: string, details?: unknown): ErrorBody => ({
@@ -22,7 +25,7 @@ const errorBody = (code: string, message: string, details?: unknown): ErrorBody 
  * /healthz (process alive), /readyz (dependencies answer), /metrics, and incoming W3C trace context
  * made active for the handler so emitted events continue the caller's trace.
  */
-export function createHttpApp({ logger, readiness, metrics, bodyLimit = 1_048_576 }: HttpAppDeps): FastifyInstance {
+export function createHttpApp({ logger, readiness, metrics, auth, bodyLimit = 1_048_576 }: HttpAppDeps): FastifyInstance {
   const app: FastifyInstance = Fastify({
     loggerInstance: logger.child({ component: 'http' }) as FastifyBaseLogger,
     bodyLimit,
@@ -30,12 +33,9 @@ export function createHttpApp({ logger, readiness, metrics, bodyLimit = 1_048_57
     frameworkErrors: (error, _request, reply) => void (reply as FastifyReply).status(400).send(errorBody('BAD_REQUEST', error.message)),
   });
 
-  // The caller headers are checked once, before anything reads them (routes, the idempotency scope).
-  app.addHook('onRequest', async (request, reply) => {
-    const caller = parseCaller(request.headers);
-    if (!caller.ok) return reply.status(400).send(errorBody(caller.reason.code, caller.reason.message));
-  });
   app.addHook('onRequest', (request, _reply, done) => withTraceContext(request.headers, done));
+  // Before the body is read and before any route or the Idempotency-Key layer runs.
+  installAuth(app, auth);
   // close() ends only the connections idle at that moment: one whose request was still running
   // (a long poll answered by the shutdown) would stay open for keepAliveTimeout and hold the close.
   let closing = false;
@@ -49,7 +49,6 @@ export function createHttpApp({ logger, readiness, metrics, bodyLimit = 1_048_57
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error instanceof HttpError) return reply.status(error.status).send(errorBody(error.code, error.message, error.details));
-    if (error instanceof LabelflowError && error.code === CALLER_INVALID) return reply.status(400).send(errorBody(error.code, error.message));
     if (error instanceof ServiceKitError && error.code === ServiceKitErrors.CONCURRENT_UPDATE) {
       return reply.status(409).send(errorBody('CONCURRENT_UPDATE', 'the resource changed concurrently; retry the request'));
     }
@@ -93,16 +92,12 @@ export function createHttpApp({ logger, readiness, metrics, bodyLimit = 1_048_57
     return reply.status(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', checks: Object.fromEntries(checks) });
   });
   if (metrics) {
-    app.get('/metrics', async (_request, reply) => reply.type(metrics.registry.contentType).send(await metrics.render()));
+    app.get('/metrics', async (request, reply) => {
+      if (!can(request.principal, Permission.metricsRead, null)) throw new HttpError(403, 'FORBIDDEN', 'metrics are for platform admins');
+      return reply.type(metrics.registry.contentType).send(await metrics.render());
+    });
   }
   return app;
-}
-
-/** Admin-only endpoints answer 403 ADMIN_REQUIRED to anyone else. */
-export function requireAdmin(headers: Record<string, string | string[] | undefined>): { readonly user: string } {
-  const caller = callerOf(headers);
-  if (!caller.admin) throw new HttpError(403, 'ADMIN_REQUIRED', 'this endpoint requires x-labelflow-role: admin');
-  return caller;
 }
 
 /** Validates input at the boundary; a failure is a 400 listing each problem with its path. */

@@ -1,8 +1,29 @@
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import type { JWK } from 'jose';
+import { createRateLimiter, createTokenVerifier, generateSigningKey, issueToken, type AuthHookOptions, type TokenRequest } from '@labelflow/auth';
+import { createMetrics } from '@labelflow/telemetry';
 import { HttpError, ServiceKitError } from './errors';
-import { createHttpApp, parseInput } from './http';
+import { createHttpApp, parseInput, type HttpAppDeps } from './http';
 import { captureLogs } from '@labelflow/testing';
+
+const ISSUER = 'http-test-issuer';
+const AUDIENCE = 'http-test';
+const PROJECT = 'c6c7d0a2-1b2c-4d5e-8f90-abcdef012345';
+let signingKey: JWK;
+let otherKey: JWK;
+let auth: AuthHookOptions;
+beforeAll(async () => {
+  const [key, other] = await Promise.all([generateSigningKey(), generateSigningKey()]);
+  signingKey = key.privateJwk;
+  otherKey = other.privateJwk;
+  auth = { verifier: createTokenVerifier({ issuer: ISSUER, audience: AUDIENCE, jwks: key.publicJwks }) };
+});
+
+/** A token the app accepts unless `over` changes something about it (or `key` signs it). */
+const token = (over: Partial<TokenRequest> = {}, key: JWK = signingKey) => issueToken({ jwk: key }, { issuer: ISSUER, audience: AUDIENCE, subject: 'ops-1', ...over });
+const bearer = async (over: Partial<TokenRequest> = {}, key?: JWK) => ({ authorization: `Bearer ${await token(over, key)}` });
+const app = (deps: Partial<HttpAppDeps> = {}) => createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {}, auth, ...deps });
 
 const Body = z.object({ title: z.string().min(1), tags: z.array(z.string()), owner: z.object({ email: z.email() }) });
 
@@ -40,21 +61,21 @@ describe('service-kit: parseInput', () => {
 
 describe('createHttpApp shutdown', () => {
   it('closes promptly while a request is still running: its answer closes the keep-alive connection', async () => {
-    const app = createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {} });
+    const server = app();
     let entered!: () => void;
     const inRoute = new Promise<void>((resolve) => (entered = resolve));
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
-    app.get('/held', async () => {
+    server.get('/held', async () => {
       entered();
       await released;
       return { ok: true };
     });
-    app.addHook('preClose', async () => release());
-    const url = await app.listen({ port: 0, host: '127.0.0.1' });
-    const answer = fetch(`${url}/held`);
+    server.addHook('preClose', async () => release());
+    const url = await server.listen({ port: 0, host: '127.0.0.1' });
+    const answer = fetch(`${url}/held`, { headers: await bearer() });
     await inRoute;
-    const closed = app.close();
+    const closed = server.close();
     const res = await answer;
     expect([res.status, res.headers.get('connection')]).toEqual([200, 'close']);
     await res.text();
@@ -63,52 +84,128 @@ describe('createHttpApp shutdown', () => {
   });
 
   it('keeps connections alive while the server runs', async () => {
-    const app = createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {} });
-    const res = await app.inject({ url: '/healthz' });
+    const server = app();
+    const res = await server.inject({ url: '/healthz' });
     expect(res.headers.connection).not.toBe('close');
-    await app.close();
+    await server.close();
   });
 });
 
 describe('createHttpApp errors', () => {
   it('answers 503 with the error code and Retry-After when a dependency is unavailable, 500 otherwise', async () => {
-    const app = createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {} });
-    app.get('/down', async () => {
+    const server = app();
+    server.get('/down', async () => {
       throw new ServiceKitError('ID_UNAVAILABLE', 'lease lost', { retriable: true });
     });
-    app.get('/pg-down', async () => {
+    server.get('/pg-down', async () => {
       throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
     });
-    app.get('/bug', async () => {
+    server.get('/bug', async () => {
       throw new TypeError('undefined is not a function');
     });
-    const down = await app.inject({ url: '/down' });
+    const headers = await bearer();
+    const down = await server.inject({ url: '/down', headers });
     expect([down.statusCode, down.headers['retry-after'], down.json().error.code]).toEqual([503, '1', 'ID_UNAVAILABLE']);
-    const pg = await app.inject({ url: '/pg-down' });
+    const pg = await server.inject({ url: '/pg-down', headers });
     expect([pg.statusCode, pg.json().error.code]).toEqual([503, 'ECONNREFUSED']);
-    const bug = await app.inject({ url: '/bug' });
+    const bug = await server.inject({ url: '/bug', headers });
     expect([bug.statusCode, bug.json().error.code]).toEqual([500, 'INTERNAL']);
-    await app.close();
+    await server.close();
   });
 
   it('answers a malformed URL with the same JSON error shape as every other error', async () => {
-    const app = createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {} });
-    app.get('/tasks/:id', async () => ({ ok: true }));
-    const res = await app.inject({ url: '/tasks/%E0%A4%A' });
+    const server = app();
+    server.get('/tasks/:id', async () => ({ ok: true }));
+    const res = await server.inject({ url: '/tasks/%E0%A4%A', headers: await bearer() });
     expect([res.statusCode, res.json().error.code]).toEqual([400, 'BAD_REQUEST']);
-    await app.close();
+    await server.close();
+  });
+});
+
+describe('createHttpApp authentication', () => {
+  /** An app with one route that counts its runs and answers with the caller it was given. */
+  const withRoute = (deps: Partial<HttpAppDeps> = {}) => {
+    const server = app(deps);
+    const runs = { n: 0 };
+    server.post('/cancel', async (request) => {
+      runs.n++;
+      const { subject, admin, projects } = request.principal;
+      return { subject, admin, projects: Object.fromEntries([...projects].map(([id, roles]) => [id, [...roles]])) };
+    });
+    return { server, runs };
+  };
+
+  it('answers 401 TOKEN_MISSING with a Bearer challenge before the route runs when no token is sent', async () => {
+    const { server, runs } = withRoute();
+    const res = await server.inject({ method: 'POST', url: '/cancel', payload: { reason: 'x' } });
+    expect([res.statusCode, res.json().error.code]).toEqual([401, 'TOKEN_MISSING']);
+    expect(res.headers['www-authenticate']).toBe('Bearer realm="labelflow"');
+    expect(runs.n).toBe(0);
+    await server.close();
   });
 
-  it('refuses malformed caller headers with 400 CALLER_INVALID before the route runs', async () => {
-    const app = createHttpApp({ logger: captureLogs({ service: 'test' }).logger, readiness: {} });
-    let ran = 0;
-    app.post('/cancel', async () => ++ran);
-    const long = await app.inject({ method: 'POST', url: '/cancel', headers: { 'x-labelflow-user': 'a'.repeat(129), 'x-labelflow-role': 'admin' } });
-    const role = await app.inject({ method: 'POST', url: '/cancel', headers: { 'x-labelflow-role': 'root!' } });
-    expect([long.statusCode, long.json().error.code, role.statusCode, role.json().error.code]).toEqual([400, 'CALLER_INVALID', 400, 'CALLER_INVALID']);
-    expect(ran).toBe(0);
-    const fine = await app.inject({ method: 'POST', url: '/cancel', headers: { 'x-labelflow-user': 'ops@example.com', 'x-labelflow-role': 'admin' } });
-    expect([fine.statusCode, ran]).toEqual([200, 1]);
-    await app.close();
+  it('answers 401 TOKEN_INVALID with the reason in the challenge for a malformed header, a foreign signature, an expired token, another audience or a subject that could not travel in an event', async () => {
+    const { server, runs } = withRoute();
+    const hour = 3_600_000;
+    const cases: [string, string, string][] = [
+      ['not a bearer token', 'Basic b3BzOnNlY3JldA==', 'invalid_request'],
+      ['not a JWT', 'Bearer not-a-jwt', 'invalid_request'],
+      ['signed by another key', `Bearer ${await token({}, otherKey)}`, 'invalid_token'],
+      ['expired', `Bearer ${await token({ now: new Date(Date.now() - 2 * hour), ttlS: 60 })}`, 'invalid_token'],
+      ['for another audience', `Bearer ${await token({ audience: 'someone-else' })}`, 'invalid_token'],
+      ['a subject too long for an event', `Bearer ${await token({ subject: 'a'.repeat(129), admin: true })}`, 'invalid_token'],
+    ];
+    for (const [what, authorization, error] of cases) {
+      const res = await server.inject({ method: 'POST', url: '/cancel', headers: { authorization }, payload: { reason: 'x' } });
+      expect([res.statusCode, res.json().error.code], what).toEqual([401, 'TOKEN_INVALID']);
+      expect(res.headers['www-authenticate'], what).toMatch(new RegExp(`^Bearer realm="labelflow", error="${error}", error_description="[^"]+"$`));
+    }
+    expect(runs.n).toBe(0);
+    await server.close();
+  });
+
+  it('runs the route for a verified token, with its subject, admin flag and project roles as the caller', async () => {
+    const { server, runs } = withRoute();
+    const res = await server.inject({ method: 'POST', url: '/cancel', headers: await bearer({ subject: 'ops@example.com', projects: { [PROJECT]: ['manager', 'annotator'] } }), payload: { reason: 'x' } });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toEqual({ subject: 'ops@example.com', admin: false, projects: { [PROJECT]: ['manager', 'annotator'] } });
+    expect(runs.n).toBe(1);
+    await server.close();
+  });
+
+  it('answers /healthz and /readyz without a token', async () => {
+    const server = app({ readiness: { postgres: async () => undefined } });
+    const health = await server.inject({ url: '/healthz' });
+    const ready = await server.inject({ url: '/readyz' });
+    expect([health.statusCode, ready.statusCode, ready.json().status]).toEqual([200, 200, 'ready']);
+    await server.close();
+  });
+
+  it('serves /metrics to platform admins only: 401 without a token, 403 FORBIDDEN to a project owner', async () => {
+    const metrics = createMetrics({ service: 'http-test', defaults: false });
+    metrics.counter('things_total', 'things', []).inc();
+    const server = app({ metrics });
+    const anonymous = await server.inject({ url: '/metrics' });
+    expect([anonymous.statusCode, anonymous.json().error.code]).toEqual([401, 'TOKEN_MISSING']);
+    const owner = await server.inject({ url: '/metrics', headers: await bearer({ subject: 'owner-1', projects: { [PROJECT]: 'owner' } }) });
+    expect([owner.statusCode, owner.json().error.code]).toEqual([403, 'FORBIDDEN']);
+    const admin = await server.inject({ url: '/metrics', headers: await bearer({ subject: 'ops-1', admin: true }) });
+    expect(admin.statusCode).toBe(200);
+    expect(admin.body).toContain('things_total');
+    await server.close();
+  });
+
+  it('answers 429 RATE_LIMITED with Retry-After once a subject has spent its burst, and still serves other subjects', async () => {
+    const rateLimiter = createRateLimiter({ namespace: 'http-test', perSecond: 1, burst: 2, nowMs: () => 1_700_000_000_000 });
+    const { server, runs } = withRoute({ auth: { ...auth, rateLimiter } });
+    const busy = await bearer({ subject: 'busy' });
+    const answers = [];
+    for (let i = 0; i < 3; i++) answers.push(await server.inject({ method: 'POST', url: '/cancel', headers: busy, payload: {} }));
+    expect(answers.map((a) => a.statusCode)).toEqual([200, 200, 429]);
+    expect([answers[2]!.json().error.code, answers[2]!.headers['retry-after']]).toEqual(['RATE_LIMITED', '1']);
+    const other = await server.inject({ method: 'POST', url: '/cancel', headers: await bearer({ subject: 'quiet' }), payload: {} });
+    expect(other.statusCode).toBe(200);
+    expect(runs.n).toBe(3);
+    await server.close();
   });
 });

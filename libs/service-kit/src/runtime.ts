@@ -9,7 +9,9 @@ import { createLogger, createMetrics, installTracePropagation, type Logger, type
 import type { BaseConfig } from './config';
 import { createExactlyOnce, type EventConsumer } from './consume';
 import { asTransactionBody, createPool, ensureDatabase, isTransientDbError, type Pool } from './db';
+import { kafkaSecurity } from './kafka-security';
 import { createEmitter, uuidIds, type Emit } from './events';
+import { authFromConfig } from './auth';
 import { createHttpApp } from './http';
 import { createIdSource } from './ids';
 import { Lifecycle } from './lifecycle';
@@ -98,7 +100,7 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
   lifecycle.onClose('redis', async () => void redis.disconnect());
   await redis.connect().catch((error: Error) => logger.warn({ err: error }, 'redis not reachable at start'));
 
-  const kafka = createKafka({ brokers: config.KAFKA_BROKERS, clientId: name, logger });
+  const kafka = createKafka({ brokers: config.KAFKA_BROKERS, clientId: name, logger, ...kafkaSecurity(config) });
   const allTopics = (Object.keys(TopicSchemas) as TopicKey[]).map((k) => topicName(config.KAFKA_TOPIC_PREFIX, k));
   const dlq = deadLetterTopic(config.KAFKA_TOPIC_PREFIX, name);
   await ensureTopics(kafka, [...allTopics, dlq], config.KAFKA_TOPIC_PARTITIONS);
@@ -198,6 +200,7 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
   const http = createHttpApp({
     logger,
     metrics,
+    auth: authFromConfig(config, { redis, namespace: `lf:rl:${config.KAFKA_TOPIC_PREFIX}:${name}`, logger, metrics }),
     readiness: {
       postgres: () => pool.query('SELECT 1'),
       redis: () => redis.ping(),
@@ -230,6 +233,8 @@ async function start<C extends BaseConfig>(definition: ServiceDefinition<C>, con
     ttlMs: config.IDEMPOTENCY_TTL_MS,
     transactionBody: asTransactionBody,
     redisTimeoutMs: config.DEDUP_REDIS_TIMEOUT_MS,
+    // Keys are scoped by the token's subject: one person can never replay another's response.
+    callerOf: (request) => request.principal.subject,
     logger,
     metrics,
   });

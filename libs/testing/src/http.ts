@@ -1,13 +1,19 @@
+import { ADMIN, tokenFor, type TestIdentity } from './identity';
+
 export interface HttpResult<T = unknown> {
   readonly status: number;
   readonly body: T;
   readonly headers: Headers;
 }
 
-/** A tiny JSON client for tests and scripts against a service's base URL. */
-export function httpClient(baseUrl: string) {
+/**
+ * A tiny JSON client for tests and scripts against a service's base URL, acting as `identity`
+ * (a bearer token for it on every request; `null`: no token at all).
+ */
+export function httpClient(baseUrl: string, identity: TestIdentity | null = ADMIN) {
   const call = async <T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<HttpResult<T>> => {
-    const init: RequestInit = { method, headers: { ...headers } };
+    const auth: Record<string, string> = identity ? { authorization: `Bearer ${await tokenFor(identity)}` } : {};
+    const init: RequestInit = { method, headers: { ...auth, ...headers } };
     if (body !== undefined) {
       init.body = typeof body === 'string' ? body : JSON.stringify(body);
       (init.headers as Record<string, string>)['content-type'] = 'application/json';
@@ -25,6 +31,8 @@ export function httpClient(baseUrl: string) {
   return {
     get: <T = unknown>(path: string, headers?: Record<string, string>) => call<T>('GET', path, undefined, headers),
     post: <T = unknown>(path: string, body?: unknown, headers?: Record<string, string>) => call<T>('POST', path, body, headers),
+    /** The same service as someone else. */
+    as: (other: TestIdentity | null) => httpClient(baseUrl, other),
   };
 }
 export type HttpClient = ReturnType<typeof httpClient>;

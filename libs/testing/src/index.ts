@@ -3,6 +3,7 @@ export * from './names';
 export * from './db';
 export * from './eventually';
 export * from './http';
+export * from './identity';
 export * from './processes';
 export * from './stack';
 export * from './kafka';

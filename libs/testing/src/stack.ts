@@ -2,6 +2,7 @@ import type { ServiceName } from '@labelflow/contracts';
 import { createTestDatabase, dropDatabase, queryRows } from './db';
 import { eventually } from './eventually';
 import { httpClient, type HttpClient } from './http';
+import { ADMIN, authEnv, type TestIdentity } from './identity';
 import { consumerLag } from './kafka';
 import type { TestInfra } from './infra';
 import { uniqueName } from './names';
@@ -11,7 +12,8 @@ export interface TestStack {
   readonly prefix: string;
   readonly databases: Readonly<Record<ServiceName, string>>;
   readonly processes: Record<ServiceName, ServiceProcess>;
-  http(name: ServiceName): HttpClient;
+  /** A client of one service acting as `identity` (default: a platform admin; `null`: no token). */
+  http(name: ServiceName, identity?: TestIdentity | null): HttpClient;
   /** Starts (again) one service with the stack's settings plus `env` overrides. */
   start(name: ServiceName, env?: Record<string, string>): Promise<ServiceProcess>;
   /** Starts one more instance of a service in the same consumer group (stopped with the stack). */
@@ -39,7 +41,9 @@ export async function startStack(infra: Pick<TestInfra, 'kafkaBrokers' | 'pgUrl'
   for (const name of serviceNames) databases[name] = (await createTestDatabase(infra.pgUrl, `${prefix}_${name.replace('-', '_')}`)).url;
   const processes = {} as Record<ServiceName, ServiceProcess>;
   const extras: ServiceProcess[] = [];
+  const auth = await authEnv();
   const baseEnv = (name: ServiceName): Record<string, string> => ({
+    ...auth,
     KAFKA_BROKERS: infra.kafkaBrokers,
     REDIS_URL: infra.redisUrl,
     DATABASE_URL: databases[name],
@@ -48,6 +52,11 @@ export async function startStack(infra: Pick<TestInfra, 'kafkaBrokers' | 'pgUrl'
     OUTBOX_POLL_MS: '200',
     // Crash tests restart services: the dead instance's partitions move after this long.
     KAFKA_SESSION_TIMEOUT_MS: '6000',
+    // Tests drive whole sagas as a handful of subjects (the admin above all): far above the
+    // production default, so no test is ever rate-limited by accident. A test of the limits
+    // overrides these for the instance it starts.
+    RATE_LIMIT_PER_SECOND: '1000',
+    RATE_LIMIT_BURST: '2000',
   });
   const start = async (name: ServiceName, env: Record<string, string> = {}) => {
     processes[name] = await startServiceProcess(name, { ...baseEnv(name), ...env });
@@ -65,7 +74,7 @@ export async function startStack(infra: Pick<TestInfra, 'kafkaBrokers' | 'pgUrl'
     prefix,
     databases,
     processes,
-    http: (name) => httpClient(processes[name].url),
+    http: (name, identity) => httpClient(processes[name].url, identity === undefined ? ADMIN : identity),
     start,
     startExtra: async (name, env = {}) => {
       const extra = await startServiceProcess(name, { ...baseEnv(name), ...env });

@@ -25,6 +25,8 @@ export interface ChaosResult {
     readonly latencyMs: { readonly p50: number; readonly p99: number };
     readonly durationMs: number;
     readonly requestsPerStep: number;
+    /** 429 RATE_LIMITED answers (waited out, sent again); absent in results from before authentication. */
+    readonly rateLimited?: number;
   };
   /** Undefined when the run did not get that far. */
   readonly quiesced?: boolean;
@@ -159,7 +161,7 @@ export function formatChaosReport(r: ChaosResult): string {
     out.push(`| scenario | ${outcomes.join(' | ')} |`);
     out.push(`|---|${outcomes.map(() => '---:').join('|')}|`);
     for (const [scenario, row] of Object.entries(p.matrix)) out.push(`| ${scenario} | ${outcomes.map((o) => row[o] ?? 0).join(' | ')} |`);
-    out.push('', `Load: ${secs(p.durationMs)}, saga p50 ${p.latencyMs.p50} ms, p99 ${p.latencyMs.p99} ms, ${p.requestsPerStep.toFixed(2)} HTTP requests per step.`);
+    out.push('', `Load: ${secs(p.durationMs)}, saga p50 ${p.latencyMs.p50} ms, p99 ${p.latencyMs.p99} ms, ${p.requestsPerStep.toFixed(2)} HTTP requests per step${p.rateLimited ? ` (${p.rateLimited} answered 429 RATE_LIMITED and were sent again)` : ''}.`);
     if (p.unexpected.length > 0) {
       const causes = new Map<string, number>();
       for (const u of p.unexpected) causes.set(errorSignature(u.error), (causes.get(errorSignature(u.error)) ?? 0) + 1);

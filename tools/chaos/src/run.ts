@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { ServiceName } from '@labelflow/contracts';
-import { runProduction, type ProductionSummary } from '@labelflow/producer';
+import { adminOf, devSigner, runProduction, type ProductionSummary } from '@labelflow/producer';
 import { repoRoot, startStack, type TestStack } from '@labelflow/testing';
 import { auditSnapshot, findLostEvents } from './checks';
 import { inject, type InjectedFault } from './faults';
@@ -136,6 +136,7 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
               latencyMs: summary.latencyMs,
               durationMs: summary.durationMs,
               requestsPerStep: summary.requestsPerStep,
+              rateLimited: summary.rateLimited,
             },
           }
         : {}),
@@ -168,7 +169,10 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
     stack = await phase('services', () => (stackStarting = startStack({ kafkaBrokers: privateInfra.kafka.brokers, pgUrl: privateInfra.postgres.url, redisUrl: privateInfra.redis.url }, overrides)));
     const theStack = stack;
     say(`  services up, topic prefix ${stack.prefix}`);
-    supervisor = new Supervisor({ stack, overrides, logDir: o.logDir, recoveryMs: o.recoveryMs, say, currentFault: () => currentFault, ...(signal ? { signal } : {}) });
+    // startStack configures the services with the local development key: tokens signed with it pass.
+    const signer = await devSigner();
+    const platformAdmin = adminOf(signer, 'chaos-admin');
+    supervisor = new Supervisor({ stack, overrides, logDir: o.logDir, recoveryMs: o.recoveryMs, say, currentFault: () => currentFault, authorization: platformAdmin.authorization, ...(signal ? { signal } : {}) });
     const sup = supervisor;
     for (const name of serviceOrder) proxies[name] = await startProxy({ target: () => sup.target(name), holdMs: o.recoveryMs });
 
@@ -215,6 +219,7 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
           tasks: o.tasks,
           concurrency: o.concurrency,
           annotators: o.annotators,
+          signer,
           price: o.price,
           rates: o.rates,
           duplicates: o.duplicates,

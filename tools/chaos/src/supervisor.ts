@@ -38,6 +38,8 @@ export interface SupervisorOptions {
   readonly currentFault: () => string | undefined;
   /** Once aborted (Ctrl-C reaches the services too), exits are the shutdown, not findings. */
   readonly signal?: AbortSignal;
+  /** A platform admin's `Authorization` header: /metrics (read for the consumer's state) is for admins only. */
+  readonly authorization: () => Promise<string>;
 }
 
 /**
@@ -165,7 +167,9 @@ export class Supervisor {
     try {
       const ready = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(3_000) });
       if (ready.status !== 200) return `/readyz ${ready.status} ${(await ready.text()).slice(0, 300)}`;
-      const metrics = await (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(3_000) })).text();
+      const scraped = await fetch(`${url}/metrics`, { headers: { authorization: await this.o.authorization() }, signal: AbortSignal.timeout(3_000) });
+      const metrics = await scraped.text();
+      if (scraped.status !== 200) return `/metrics ${scraped.status} ${metrics.slice(0, 300)}`;
       if (metricValue(metrics, 'consumer_running') !== 1) return 'its consumer is not running';
       return undefined;
     } catch (error) {

@@ -4,6 +4,8 @@
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { formatReport, runAudit, type AuditReport } from '@labelflow/auditor';
+import { DEV_AUDIENCE, DEV_ISSUER, devKeyFile } from '@labelflow/auth';
+import { devSigner } from './identity';
 import { runProduction } from './run';
 
 const { values: a } = parseArgs({
@@ -11,6 +13,8 @@ const { values: a } = parseArgs({
     tasks: { type: 'string', default: '50' },
     concurrency: { type: 'string', default: '16' },
     annotators: { type: 'string', default: '8' },
+    reviewers: { type: 'string', default: '3' },
+    managers: { type: 'string', default: '4' },
     price: { type: 'string', default: '150' },
     reject: { type: 'string', default: '0' },
     'billing-fail': { type: 'string', default: '0' },
@@ -23,11 +27,17 @@ const { values: a } = parseArgs({
     'kafka-brokers': { type: 'string', default: process.env.KAFKA_BROKERS ?? '127.0.0.1:9092' },
     prefix: { type: 'string', default: process.env.KAFKA_TOPIC_PREFIX ?? 'labelflow' },
     'pg-url': { type: 'string', default: process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432' },
+    // A second stack's databases (scripts/start.sh's LABELFLOW_DB_SUFFIX): task_svc<suffix> ...
+    'db-suffix': { type: 'string', default: process.env.LABELFLOW_DB_SUFFIX ?? '' },
     'no-audit': { type: 'boolean', default: false },
     'task-url': { type: 'string', default: process.env.TASK_SVC_URL ?? 'http://127.0.0.1:3001' },
     'label-url': { type: 'string', default: process.env.LABEL_SVC_URL ?? 'http://127.0.0.1:3002' },
     'qa-url': { type: 'string', default: process.env.QA_SVC_URL ?? 'http://127.0.0.1:3003' },
     'billing-url': { type: 'string', default: process.env.BILLING_SVC_URL ?? 'http://127.0.0.1:3004' },
+    // The simulated users' tokens: signed with this key, for this issuer and audience (what the services verify).
+    'signing-key-file': { type: 'string', default: devKeyFile() },
+    issuer: { type: 'string', default: process.env.AUTH_ISSUER || DEV_ISSUER },
+    audience: { type: 'string', default: process.env.AUTH_AUDIENCE || DEV_AUDIENCE },
     help: { type: 'boolean', default: false },
   },
 });
@@ -37,10 +47,15 @@ const fail = (message: string): never => {
   process.exit(2);
 };
 if (a.help) {
-  console.log('usage: npm run produce -- [--tasks N] [--concurrency C] [--reject R] [--billing-fail R] [--qa-timeout R] [--cancel R] [--duplicates R] [--seed S] [--wait-s W] [--no-audit]');
+  console.log(
+    'usage: npm run produce -- [--tasks N] [--concurrency C] [--annotators A] [--reviewers V] [--managers M] [--price P] [--reject R] [--billing-fail R] [--qa-timeout R] [--cancel R]\n' +
+      '                          [--duplicates R] [--seed S] [--timeout-s T] [--wait-s W] [--no-audit] [--task-url U] [--label-url U] [--qa-url U] [--billing-url U]\n' +
+      '                          [--kafka-brokers B] [--prefix P] [--pg-url U] [--db-suffix S] [--signing-key-file F] [--issuer I] [--audience A]\n' +
+      'Tokens are signed with the local development key (--signing-key-file, default $LABELFLOW_SIGNING_KEY_FILE or .local/auth/dev-signing-key.json), the one npm start configures the services with.',
+  );
   process.exit(0);
 }
-const int = (name: 'tasks' | 'concurrency' | 'annotators' | 'price' | 'seed' | 'timeout-s' | 'wait-s', min: number, max = Number.MAX_SAFE_INTEGER) => {
+const int = (name: 'tasks' | 'concurrency' | 'annotators' | 'reviewers' | 'managers' | 'price' | 'seed' | 'timeout-s' | 'wait-s', min: number, max = Number.MAX_SAFE_INTEGER) => {
   const n = Number(a[name]);
   if (Number.isInteger(n) && n >= min && n <= max) return n;
   return fail(`--${name} must be an integer ${max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `from ${min} to ${max}`}, got ${a[name]}`);
@@ -55,7 +70,9 @@ if (rates.qaTimeout > 0) console.error('note: --qa-timeout waits for review dead
 
 async function audit(): Promise<AuditReport> {
   const services = ['task_svc', 'label_svc', 'qa_svc', 'billing_svc'];
-  const pools = services.map((db) => new pg.Pool({ connectionString: `${a['pg-url']}/${db}`, max: 2 }));
+  // As the auditor's CLI: TASK_SVC_DATABASE_URL ... override each database.
+  const dbUrl = (db: string) => process.env[`${db.toUpperCase()}_DATABASE_URL`] ?? `${a['pg-url']}/${db}${a['db-suffix'] ?? ''}`;
+  const pools = services.map((db) => new pg.Pool({ connectionString: dbUrl(db), max: 2 }));
   const [task, label, qa, billing] = pools as [pg.Pool, pg.Pool, pg.Pool, pg.Pool];
   try {
     // In-flight work settles within seconds; a real violation is still there after the wait.
@@ -82,6 +99,9 @@ async function main(): Promise<number> {
     tasks,
     concurrency: int('concurrency', 1),
     annotators: int('annotators', 1),
+    reviewers: int('reviewers', 1),
+    managers: int('managers', 1),
+    signer: await devSigner({ keyFile: a['signing-key-file'] ?? devKeyFile(), issuer: a.issuer ?? DEV_ISSUER, audience: a.audience ?? DEV_AUDIENCE }),
     price: int('price', 1),
     rates,
     duplicates: rate('duplicates'),
@@ -111,7 +131,9 @@ async function main(): Promise<number> {
   saga p50     ${summary.latencyMs.p50} ms
   saga p99     ${summary.latencyMs.p99} ms
   duplicated   ${summary.duplicated} Kafka messages delivered twice
-  http/step    ${summary.requestsPerStep.toFixed(2)} (${Object.entries(summary.byStep).map(([step, t]) => `${step} ${(t.requests / t.steps).toFixed(2)}`).join(', ')})`);
+  http/step    ${summary.requestsPerStep.toFixed(2)} (${Object.entries(summary.byStep).map(([step, t]) => `${step} ${(t.requests / t.steps).toFixed(2)}`).join(', ')})
+  rate-limited ${summary.rateLimited} answers 429, waited out (included in http/step)
+  users        ${summary.cast.admin} (platform admin), ${summary.cast.managers} managers, ${summary.cast.annotators} annotators, ${summary.cast.reviewers} reviewers`);
   for (const u of summary.unexpected.slice(0, 10)) console.log(`  unexpected: ${u.scenario} ended ${u.outcome}${u.taskId ? ` (task ${u.taskId})` : ''}${u.error ? `: ${u.error}` : ''}`);
   if (a['no-audit']) return summary.unexpected.length === 0 ? 0 : 1;
   const report = await audit();

@@ -1,3 +1,4 @@
 export * from './run';
 export * from './scenarios';
-export { client } from './http';
+export * from './identity';
+export { client, errorCode, type Call, type ClientOptions, type Reply } from './http';

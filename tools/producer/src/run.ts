@@ -1,12 +1,20 @@
 import { startDuplicator } from './duplicator';
 import { client } from './http';
+import { adminOf, castFor, DEFAULT_MANAGERS, DEFAULT_REVIEWERS, devSigner, type Actor, type Signer } from './identity';
 import { expectedOutcome, runScenario, Scenario, type ScenarioContext, type Services, type Step, type StepTally, type TaskRun } from './scenarios';
 
 export interface ProductionOptions {
   readonly urls: { readonly task: string; readonly label: string; readonly qa: string; readonly billing: string };
   readonly tasks: number;
   readonly concurrency: number;
+  /** Annotators (`annotator-0` …), each with a token of its own. */
   readonly annotators: number;
+  /** Reviewers (`reviewer-0` …), never annotators. Default 3. */
+  readonly reviewers?: number;
+  /** Project managers (`manager-0` …) who create the tasks and wait for their outcome. Default 4. */
+  readonly managers?: number;
+  /** Signs the simulated users' tokens. Default: the local development key (`devSigner()`), which `npm start` and the test stacks trust. */
+  readonly signer?: Signer;
   readonly price: number;
   /** Fractions of tasks per failure scenario; the rest take the happy path. */
   readonly rates: { readonly reject: number; readonly billingFail: number; readonly qaTimeout: number; readonly cancel: number };
@@ -32,9 +40,16 @@ export interface ProductionSummary {
   /** HTTP requests the scenarios sent (retries and long-poll rounds included) per step they took, overall and by step. */
   readonly requestsPerStep: number;
   readonly byStep: Readonly<Partial<Record<Step, StepTally>>>;
+  /** 429 RATE_LIMITED answers the scenarios got (each waited out and sent again; included in the requests). */
+  readonly rateLimited: number;
+  /** Who took part: the subjects of the admin, managers, annotators and reviewers. */
+  readonly cast: { readonly admin: string; readonly managers: number; readonly annotators: number; readonly reviewers: number };
   readonly projectId: string;
   readonly runs: readonly TaskRun[];
 }
+
+/** Where the tokens come from, for an error message when the services refuse them. */
+export const signingHint = 'by default the local development key, $LABELFLOW_SIGNING_KEY_FILE or .local/auth/dev-signing-key.json, which `npm start` configures the services with';
 
 const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? 0;
 
@@ -61,31 +76,38 @@ export function pickScenarios(n: number, rates: ProductionOptions['rates'], seed
 /** Drives `tasks` tasks through their scenarios with `concurrency` workers and summarises. */
 export async function runProduction(o: ProductionOptions): Promise<ProductionSummary> {
   const waitS = o.waitS ?? 10;
+  const managers = o.managers ?? DEFAULT_MANAGERS;
+  const reviewers = o.reviewers ?? DEFAULT_REVIEWERS;
+  if (!(o.annotators >= 1 && managers >= 1 && reviewers >= 1)) throw new Error('a run needs at least one annotator, one manager and one reviewer');
+  let rateLimited = 0;
   // A long poll lasts up to waitS: the request timeout must outlast it, or each one is cut and retried.
-  const services = (onRequest?: () => void): Services => {
-    const options = { timeoutMs: waitS * 1000 + 10_000, onRequest };
+  const services = (actor: Actor, onRequest?: () => void): Services => {
+    const options = { timeoutMs: waitS * 1000 + 10_000, authorization: actor.authorization, onRequest, onRateLimited: () => rateLimited++ };
     return { task: client(o.urls.task, options), label: client(o.urls.label, options), qa: client(o.urls.qa, options), billing: client(o.urls.billing, options) };
   };
-  const svc = services();
+  const signer = o.signer ?? (await devSigner());
+  const admin = adminOf(signer);
   const scenarios = pickScenarios(o.tasks, o.rates, o.seed);
   const create = async (budget: number) => {
-    const res = await svc.billing<{ projectId: string }>('POST', '/projects', { name: `produce ${new Date().toISOString()}`, budget, pricePerTask: o.price });
+    const res = await services(admin).billing<{ projectId: string }>('POST', '/projects', { name: `produce ${new Date().toISOString()}`, budget, pricePerTask: o.price });
+    if (res.status === 401) throw new Error(`cannot create a project: the services refuse the producer's token (${JSON.stringify(res.body)}); they must trust the key it signs with (${signingHint})`);
     if (res.status !== 201) throw new Error(`cannot create a project: ${res.status} ${JSON.stringify(res.body)}`);
     return res.body.projectId;
   };
   const projectId = await create(o.price * o.tasks);
   const starvedProjectId = await create(0);
+  const cast = castFor(signer, admin, [projectId, starvedProjectId], { annotators: o.annotators, managers, reviewers });
   const duplicator =
     o.duplicates > 0 && o.kafka
       ? await startDuplicator({ brokers: o.kafka.brokers, topics: ['task', 'label', 'qa', 'billing'].map((t) => `${o.kafka?.topicPrefix}.${t}-events`), rate: o.duplicates, seed: o.seed })
       : undefined;
   let state = o.seed ^ 0x5bd1e995;
   const ctx: ScenarioContext = {
-    services,
+    services: (onRequest, actor) => services(actor, onRequest),
+    cast,
     waitS,
     projectId,
     starvedProjectId,
-    annotators: o.annotators,
     deadline: Date.now() + o.timeoutMs,
     random: () => ((state = (state * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31),
   };
@@ -126,6 +148,8 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
     duplicatedByType: duplicator?.duplicatedByType() ?? {},
     requestsPerStep: totals.steps === 0 ? 0 : totals.requests / totals.steps,
     byStep,
+    rateLimited,
+    cast: { admin: admin.subject, managers, annotators: o.annotators, reviewers },
     projectId,
     runs,
   };

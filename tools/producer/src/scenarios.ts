@@ -1,4 +1,5 @@
 import { errorCode, type Call, type Reply } from './http';
+import type { Actor, Cast } from './identity';
 
 /** What a simulated task goes through; picked per task from the configured rates. */
 export const Scenario = {
@@ -49,19 +50,19 @@ export interface TaskRun {
 }
 
 export interface ScenarioContext {
-  /** Clients for one run; `onRequest` is called for every HTTP request they send. */
-  readonly services: (onRequest: () => void) => Services;
+  /** Clients for one run acting as `actor` (its bearer token on every request); `onRequest` is called for every HTTP request they send. */
+  readonly services: (onRequest: () => void, actor: Actor) => Services;
+  /** Who does what: the admin cancels, managers create and wait, annotators claim and label, reviewers review. */
+  readonly cast: Cast;
   /** `Prefer: wait` in seconds on "not yet" answers and status waits; 0 polls with a backoff instead. */
   readonly waitS: number;
   /** Project with budget for every task; billing-fail tasks go to a second one with none. */
   readonly projectId: string;
   readonly starvedProjectId: string;
-  readonly annotators: number;
   readonly deadline: number;
   readonly random: () => number;
 }
 
-const admin = { 'x-labelflow-role': 'admin', 'x-labelflow-user': 'producer-admin' };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A "not yet" answer the API documents: the step's event has not reached that service. */
@@ -116,26 +117,45 @@ async function waitFor(ctx: ScenarioContext, task: Call, taskId: string, query: 
 
 const FINAL = ['completed', 'failed', 'cancelled'];
 
-const steps = (ctx: ScenarioContext, svc: Services, taskId: string) => ({
-  claim: (annotatorId: string) => untilAccepted(ctx, 'claim', () => svc.task('POST', `/tasks/${taskId}/claim`, { annotatorId }), 200, []),
-  label: (annotatorId: string, attempt: number) =>
-    untilAccepted(ctx, 'labels', (h) => svc.label('POST', `/tasks/${taskId}/labels`, { annotatorId, attempt, annotations: [{ label: 'cat', confidence: 0.9 }] }, h), 201, [
+/** The people of one run: task `i` goes to annotator `i`, its rework to annotator `i + 1`; managers and reviewers take turns. */
+interface People {
+  readonly manager: Services;
+  readonly reviewer: Services;
+  readonly admin: Services;
+  readonly annotator: (n: number) => Services;
+}
+
+const pick = <T>(list: readonly T[], n: number, what: string): T => {
+  const found = list[n % list.length];
+  if (found === undefined) throw new Error(`the run has no ${what}`);
+  return found;
+};
+
+const steps = (ctx: ScenarioContext, as: People, taskId: string) => ({
+  // The claimant, the annotator and the reviewer are the callers: the bodies name no one.
+  claim: (annotator: number) => untilAccepted(ctx, 'claim', () => as.annotator(annotator).task('POST', `/tasks/${taskId}/claim`, {}), 200, []),
+  label: (annotator: number, attempt: number) =>
+    untilAccepted(ctx, 'labels', (h) => as.annotator(annotator).label('POST', `/tasks/${taskId}/labels`, { attempt, annotations: [{ label: 'cat', confidence: 0.9 }] }, h), 201, [
       { status: 409, code: 'ASSIGNMENT_UNKNOWN' },
     ]),
   // Naming the attempt keeps an approval of the rework from landing on the rejected attempt's review.
   review: (decision: 'approve' | 'reject', attempt: number) =>
-    untilAccepted(ctx, 'review', (h) => svc.qa('POST', `/reviews/${taskId}`, { reviewerId: 'reviewer-1', decision, attempt, ...(decision === 'reject' ? { reason: 'boxes too loose' } : {}) }, h), 200, [
+    untilAccepted(ctx, 'review', (h) => as.reviewer.qa('POST', `/reviews/${taskId}`, { decision, attempt, ...(decision === 'reject' ? { reason: 'boxes too loose' } : {}) }, h), 200, [
       { status: 404, code: 'REVIEW_NOT_FOUND' },
     ]),
-  cancel: () => untilAccepted(ctx, 'cancel', () => svc.task('POST', `/tasks/${taskId}/cancel`, { reason: 'withdrawn by the customer' }, admin), 200, []),
-  reopened: (attempt: number) => waitFor(ctx, svc.task, taskId, `status=open&minAttempt=${attempt + 1}`, (t) => t.attempt > attempt && t.status === 'open'),
-  settled: () => waitFor(ctx, svc.task, taskId, `status=${FINAL.join(',')}`, (t) => FINAL.includes(t.status)),
+  cancel: () => untilAccepted(ctx, 'cancel', () => as.admin.task('POST', `/tasks/${taskId}/cancel`, { reason: 'withdrawn by the customer' }), 200, []),
+  reopened: (attempt: number) => waitFor(ctx, as.manager.task, taskId, `status=open&minAttempt=${attempt + 1}`, (t) => t.attempt > attempt && t.status === 'open'),
+  settled: () => waitFor(ctx, as.manager.task, taskId, `status=${FINAL.join(',')}`, (t) => FINAL.includes(t.status)),
 });
 
-/** Drives one task through its scenario over HTTP, as annotators, reviewers and admins would. */
+/**
+ * Drives one task through its scenario over HTTP, as annotators, reviewers, managers and admins
+ * would, each with a token of their own: a manager creates the task and waits for its outcome,
+ * annotator `i` claims and labels it (annotator `i + 1` the rework), a reviewer decides, the
+ * platform admin cancels.
+ */
 export async function runScenario(ctx: ScenarioContext, scenario: Scenario, i: number): Promise<TaskRun> {
   const started = Date.now();
-  const annotator = `annotator-${i % ctx.annotators}`;
   const project = scenario === Scenario.billingFail ? ctx.starvedProjectId : ctx.projectId;
   const byStep: Partial<Record<Step, StepTally>> = {};
   let current: Step = Step.create;
@@ -143,7 +163,19 @@ export async function runScenario(ctx: ScenarioContext, scenario: Scenario, i: n
     const was = byStep[step] ?? { steps: 0, requests: 0 };
     byStep[step] = { steps: was.steps + (add.steps ?? 0), requests: was.requests + (add.requests ?? 0) };
   };
-  const svc = ctx.services(() => tally(current, { requests: 1 }));
+  const count = () => tally(current, { requests: 1 });
+  const clients = new Map<Actor, Services>();
+  const as = (actor: Actor) => {
+    let services = clients.get(actor);
+    if (!services) clients.set(actor, (services = ctx.services(count, actor)));
+    return services;
+  };
+  const people: People = {
+    manager: as(pick(ctx.cast.managers, i, 'manager')),
+    reviewer: as(pick(ctx.cast.reviewers, i, 'reviewer')),
+    admin: as(ctx.cast.admin),
+    annotator: (n) => as(pick(ctx.cast.annotators, n, 'annotator')),
+  };
   const step = <T>(name: Step, run: () => Promise<T>): Promise<T> => {
     current = name;
     tally(name, { steps: 1 });
@@ -152,30 +184,29 @@ export async function runScenario(ctx: ScenarioContext, scenario: Scenario, i: n
   let taskId: string | undefined;
   try {
     const created = await step(Step.create, () =>
-      untilAccepted(ctx, 'create', () => svc.task<{ taskId: string }>('POST', '/tasks', { projectId: project, title: `sample ${i}`, dataUri: `s3://samples/${i}.jpg` }), 201, []),
+      untilAccepted(ctx, 'create', () => people.manager.task<{ taskId: string }>('POST', '/tasks', { projectId: project, title: `sample ${i}`, dataUri: `s3://samples/${i}.jpg` }), 201, []),
     );
     const id = (created.body as { taskId: string }).taskId;
     taskId = id;
-    const s = steps(ctx, svc, id);
-    const claim = (who: string) => step(Step.claim, () => s.claim(who));
-    const label = (who: string, attempt: number) => step(Step.label, () => s.label(who, attempt));
+    const s = steps(ctx, people, id);
+    const claim = (who: number) => step(Step.claim, () => s.claim(who));
+    const label = (who: number, attempt: number) => step(Step.label, () => s.label(who, attempt));
     const review = (decision: 'approve' | 'reject', attempt: number) => step(Step.review, () => s.review(decision, attempt));
     if (scenario === Scenario.cancel) {
       const stage = Math.floor(ctx.random() * 4);
-      if (stage >= 1) await claim(annotator);
-      if (stage >= 2) await label(annotator, 1);
+      if (stage >= 1) await claim(i);
+      if (stage >= 2) await label(i, 1);
       if (stage >= 3) await review('approve', 1);
       await step(Step.cancel, () => s.cancel());
     } else {
-      await claim(annotator);
-      await label(annotator, 1);
+      await claim(i);
+      await label(i, 1);
       let attempt = 1;
       if (scenario === Scenario.reject || scenario === Scenario.qaTimeout) {
         if (scenario === Scenario.reject) await review('reject', 1);
         await step(Step.reopened, () => s.reopened(1));
-        const second = `annotator-${(i + 1) % ctx.annotators}`;
-        await claim(second);
-        await label(second, 2);
+        await claim(i + 1);
+        await label(i + 1, 2);
         attempt = 2;
       }
       await review('approve', attempt);

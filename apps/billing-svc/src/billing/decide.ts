@@ -86,10 +86,10 @@ function billTask(event: EventDraft<QaPassed>, injectFailure: boolean, state: Bi
   const charge = chargeable(current, event.payload.annotatorId, injectFailure);
   const base = { version: 1, taskId: event.taskId, projectId: event.projectId, attempt: event.attempt } as const;
   if (!charge.ok) {
-    const failed: EventDraft<BillingFailed> = { ...base, type: 'BillingFailed', payload: { annotatorId: event.payload.annotatorId, reason: charge.reason, detail: charge.detail } };
+    const failed: EventDraft<BillingFailed> = { ...base, type: 'BillingFailed', payload: { annotatorId: event.payload.annotatorId, reason: charge.reason, detail: charge.detail, approvedBy: event.payload.reviewerId } };
     return accept(...superseded, failed);
   }
-  const completed: EventDraft<BillingCompleted> = { ...base, type: 'BillingCompleted', payload: { annotatorId: event.payload.annotatorId, amount: current.project?.pricePerTask ?? 0 } };
+  const completed: EventDraft<BillingCompleted> = { ...base, type: 'BillingCompleted', payload: { annotatorId: event.payload.annotatorId, amount: current.project?.pricePerTask ?? 0, approvedBy: event.payload.reviewerId } };
   return accept(...superseded, completed);
 }
 
@@ -107,22 +107,22 @@ function retry(injectFailure: boolean, state: BillingTaskState): BillingDecision
     taskId: latest.taskId,
     projectId: latest.projectId,
     attempt: latest.attempt,
-    payload: { annotatorId: latest.annotatorId, amount: state.project?.pricePerTask ?? latest.amount },
+    payload: { annotatorId: latest.annotatorId, amount: state.project?.pricePerTask ?? latest.amount, ...(latest.approvedBy ? { approvedBy: latest.approvedBy } : {}) },
   });
 }
 
-const refund = (billing: AttemptBilling, reason: BillingRefunded['payload']['reason']): EventDraft<BillingRefunded> => ({
+const refund = (billing: AttemptBilling, reason: BillingRefunded['payload']['reason'], refundedBy?: string): EventDraft<BillingRefunded> => ({
   type: 'BillingRefunded',
   version: 1,
   taskId: billing.taskId,
   projectId: billing.projectId,
   attempt: billing.attempt,
-  payload: { annotatorId: billing.annotatorId, amount: billing.amount, reason },
+  payload: { annotatorId: billing.annotatorId, amount: billing.amount, reason, ...(refundedBy ? { refundedBy } : {}) },
 });
 
 /** A cancelled task keeps nothing billed: every completed attempt is refunded. */
-function refundAll(_event: EventDraft<TaskCancelled>, state: BillingTaskState): BillingDecision {
-  return accept(...state.billings.filter((b) => b.status === BillingStatus.completed).map((b) => refund(b, 'TASK_CANCELLED')));
+function refundAll(event: EventDraft<TaskCancelled>, state: BillingTaskState): BillingDecision {
+  return accept(...state.billings.filter((b) => b.status === BillingStatus.completed).map((b) => refund(b, 'TASK_CANCELLED', event.payload.cancelledBy)));
 }
 
 /** A billed attempt that a newer attempt replaced (a race between a reopen and an approval) is refunded. */

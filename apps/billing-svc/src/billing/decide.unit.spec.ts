@@ -30,9 +30,9 @@ const code = (d: BillingDecision) => (d.ok ? undefined : d.reason.code);
 const completed = (state: BillingTaskState, command = bill()) => run(state, command).after;
 
 describe('billing-svc: billing an approved attempt', () => {
-  it('debits the price when the budget covers it and names the annotator paid', () => {
+  it('debits the price when the budget covers it and names the annotator paid and the reviewer who approved', () => {
     const { decision, after } = run(given(project(1_000)), bill());
-    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingCompleted', payload: { annotatorId: ann, amount: 500 } }] });
+    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingCompleted', payload: { annotatorId: ann, amount: 500, approvedBy: 'rev-1' } }] });
     expect(after.project?.balance).toBe(500);
   });
 
@@ -64,10 +64,10 @@ describe('billing-svc: billing an approved attempt', () => {
 });
 
 describe('billing-svc: retrying a failed billing', () => {
-  it('bills the failed attempt once the budget was topped up', () => {
+  it('bills the failed attempt once the budget was topped up, still in the name of the reviewer who approved it', () => {
     const failed = completed(given(project(100)));
     const { decision, after } = run({ ...failed, project: project(1_000) }, retry());
-    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingCompleted', payload: { annotatorId: ann, amount: 500 } }] });
+    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingCompleted', payload: { annotatorId: ann, amount: 500, approvedBy: 'rev-1' } }] });
     expect(after.billings.map((b) => b.status)).toEqual(['completed']);
     expect(after.project?.balance).toBe(500);
   });
@@ -84,10 +84,10 @@ describe('billing-svc: retrying a failed billing', () => {
 });
 
 describe('billing-svc: compensations', () => {
-  it('refunds a billed task when it is cancelled, returning the debit to the budget', () => {
+  it('refunds a billed task when it is cancelled, returning the debit to the budget in the name of who cancelled', () => {
     const billed = completed(given(project(1_000)));
     const { decision, after } = run(billed, observe(cancelled()));
-    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingRefunded', payload: { annotatorId: ann, amount: 500, reason: 'TASK_CANCELLED' } }] });
+    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingRefunded', payload: { annotatorId: ann, amount: 500, reason: 'TASK_CANCELLED', refundedBy: 'admin' } }] });
     expect(after.project?.balance).toBe(1_000);
     expect(after.billings.map((b) => b.status)).toEqual(['refunded']);
   });

@@ -11,6 +11,7 @@ interface BillingRow {
   status: string;
   amount: string;
   reason: string | null;
+  approved_by: string | null;
   created_at: Date;
 }
 
@@ -24,6 +25,7 @@ const toBilling = (r: BillingRow): BillingRecord => ({
   status: r.status as BillingStatus,
   amount: Number(r.amount),
   reason: r.reason,
+  approvedBy: r.approved_by,
   createdAt: r.created_at,
 });
 
@@ -134,13 +136,13 @@ export async function saveBillingTask(tx: PoolClient, previous: BillingTaskState
     if (before === billing) continue;
     await saveBilling(tx, billing, before?.status ?? null);
     if (billing.status === before?.status) continue;
-    if (billing.status === BillingStatus.completed) await book(tx, billing, [['debit', null], ['credit', billing.annotatorId]], billing.amount);
-    if (billing.status === BillingStatus.refunded) await book(tx, billing, [['refund', null], ['reversal', billing.annotatorId]], -billing.amount);
+    if (billing.status === BillingStatus.completed) await book(tx, billing, [['debit', null], ['credit', billing.annotatorId]], billing.amount, billing.approvedBy);
+    if (billing.status === BillingStatus.refunded) await book(tx, billing, [['refund', null], ['reversal', billing.annotatorId]], -billing.amount, billing.refundedBy ?? null);
   }
 }
 
-async function book(tx: PoolClient, b: AttemptBilling, legs: readonly [LedgerEntry['kind'], AnnotatorId | null][], payoutDelta: Money): Promise<void> {
-  await appendLedger(tx, legs.map(([kind, annotatorId]) => ({ projectId: b.projectId, taskId: b.taskId, attempt: b.attempt, kind, annotatorId, amount: b.amount })));
+async function book(tx: PoolClient, b: AttemptBilling, legs: readonly [LedgerEntry['kind'], AnnotatorId | null][], payoutDelta: Money, actor: string | null): Promise<void> {
+  await appendLedger(tx, legs.map(([kind, annotatorId]) => ({ projectId: b.projectId, taskId: b.taskId, attempt: b.attempt, kind, annotatorId, amount: b.amount, actor })));
   // A reversal only ever follows its credit, so the row exists; an upsert would not do here,
   // since its proposed row (a negative balance) fails the CHECK before ON CONFLICT is considered.
   const sql =
@@ -154,10 +156,11 @@ async function book(tx: PoolClient, b: AttemptBilling, legs: readonly [LedgerEnt
 /** Compare-and-set on the billing's status: finding another status means a concurrent writer won. */
 async function saveBilling(db: Queryable, b: AttemptBilling, previousStatus: string | null): Promise<void> {
   const result = await db.query(
-    `INSERT INTO billings (task_id, attempt, project_id, annotator_id, status, amount, reason) VALUES ($1, $2, $3, $4, $5, $6, $7)
-     ON CONFLICT (task_id, attempt) DO UPDATE SET status = EXCLUDED.status, amount = EXCLUDED.amount, reason = EXCLUDED.reason, updated_at = now()
+    `INSERT INTO billings (task_id, attempt, project_id, annotator_id, status, amount, reason, approved_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $9)
+     ON CONFLICT (task_id, attempt) DO UPDATE SET status = EXCLUDED.status, amount = EXCLUDED.amount, reason = EXCLUDED.reason,
+       approved_by = coalesce(EXCLUDED.approved_by, billings.approved_by), updated_at = now()
      WHERE billings.status = $8`,
-    [b.taskId, b.attempt, b.projectId, b.annotatorId, b.status, b.amount, b.reason, previousStatus],
+    [b.taskId, b.attempt, b.projectId, b.annotatorId, b.status, b.amount, b.reason, previousStatus, b.approvedBy],
   );
   if (result.rowCount !== 1) {
     throw new ServiceKitError(ServiceKitErrors.CONCURRENT_UPDATE, `billing of task ${b.taskId} attempt ${b.attempt} changed concurrently`, { retriable: true });

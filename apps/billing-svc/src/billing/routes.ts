@@ -2,7 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import type {} from '@labelflow/idempotency';
 import { z } from 'zod';
 import { TaskId } from '@labelflow/contracts';
-import { HttpError, parseInput, requireAdmin, type ServiceContext } from '@labelflow/service-kit';
+import { Permission } from '@labelflow/auth';
+import { guard, HttpError, parseInput, type ServiceContext } from '@labelflow/service-kit';
 import type { BillingSvcConfig } from '../config';
 import type { BillingRejection } from './decide';
 import { executeBilling } from './execute';
@@ -23,11 +24,16 @@ const statusFor: Record<BillingRejection['code'], number> = {
 };
 
 export function billingRoutes(app: FastifyInstance, ctx: ServiceContext<BillingSvcConfig>): void {
-  /** After a top-up, an admin bills a task whose billing failed; the rest of the saga follows. */
+  /** After a top-up, a manager, owner or admin bills a task whose billing failed; the rest of the saga follows. */
   app.post('/tasks/:taskId/billing/retry', async (request) => {
-    requireAdmin(request.headers);
     const { taskId } = parseInput(TaskParams, request.params, 'path');
     parseInput(RetryBody, request.body);
+    // The project is the one the task was billed to; a task never billed has none to check, and only
+    // a platform admin may learn that there is nothing to retry.
+    const [billed] = await listBillings(ctx.pool, taskId);
+    const notFound = { code: 'TASK_NOT_FOUND', message: `billing-svc knows nothing of task ${taskId}` };
+    if (!billed && !request.principal.admin) throw new HttpError(404, notFound.code, notFound.message);
+    guard(request, Permission.billingRetry, billed?.projectId ?? null, notFound);
     return request.idempotent({}, async (tx, key) => {
       const result = await executeBilling(tx, { type: 'RetryBilling', taskId, failurePrefix: ctx.config.FAULT_BILLING_FAILURE_PREFIX });
       if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);

@@ -25,6 +25,10 @@ export interface AttemptBilling {
   readonly status: BillingStatus;
   readonly amount: Money;
   readonly reason: string | null;
+  /** The reviewer whose approval this billing pays for (null for billings recorded before it was kept). */
+  readonly approvedBy: string | null;
+  /** Who undid it, while the refund is being booked (not stored: the ledger entry keeps it). */
+  readonly refundedBy?: string | null;
 }
 
 /**
@@ -73,19 +77,19 @@ export function evolve(state: BillingTaskState, event: BillingStateEvent): Billi
   switch (event.type) {
     case 'BillingCompleted': {
       const { annotatorId, amount } = event.payload;
-      const billed = upsert(state, { taskId, attempt, projectId, annotatorId, status: BillingStatus.completed, amount, reason: null });
+      const billed = upsert(state, { taskId, attempt, projectId, annotatorId, status: BillingStatus.completed, amount, reason: null, approvedBy: event.payload.approvedBy ?? billingOf(state, attempt)?.approvedBy ?? null });
       return { ...billed, project: moveBalance(state.project, -amount), payouts: movePayout(state, annotatorId, amount) };
     }
     case 'BillingFailed': {
       // Record what the attempt would have cost, so a failed row explains the shortfall.
       const amount = state.project?.pricePerTask ?? 0;
       const reason: BillingFailureReason = event.payload.reason;
-      return upsert(state, { taskId, attempt, projectId, annotatorId: event.payload.annotatorId, status: BillingStatus.failed, amount, reason });
+      return upsert(state, { taskId, attempt, projectId, annotatorId: event.payload.annotatorId, status: BillingStatus.failed, amount, reason, approvedBy: event.payload.approvedBy ?? null });
     }
     case 'BillingRefunded': {
       const billing = billingOf(state, attempt);
       if (!billing) return state;
-      const refunded = upsert(state, { ...billing, status: BillingStatus.refunded, reason: event.payload.reason });
+      const refunded = upsert(state, { ...billing, status: BillingStatus.refunded, reason: event.payload.reason, refundedBy: event.payload.refundedBy ?? null });
       return { ...refunded, project: moveBalance(state.project, event.payload.amount), payouts: movePayout(state, billing.annotatorId, -event.payload.amount) };
     }
     case 'TaskCancelled':

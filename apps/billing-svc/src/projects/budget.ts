@@ -6,9 +6,10 @@ export const ProjectRejections = { BUDGET_OVERFLOW: 'BUDGET_OVERFLOW' } as const
 export type ProjectRejection = { readonly code: (typeof ProjectRejections)[keyof typeof ProjectRejections]; readonly message: string };
 
 /** The ledger of a new project: its initial budget as a top-up, or nothing for an empty budget. */
-export const openingLedger = (projectId: ProjectId, budget: Money): LedgerEntry[] => (budget > 0 ? [topUpEntry(projectId, budget)] : []);
+export const openingLedger = (projectId: ProjectId, budget: Money, actor: string): LedgerEntry[] => (budget > 0 ? [topUpEntry(projectId, budget, actor)] : []);
 
-export const topUpEntry = (projectId: ProjectId, amount: Money): LedgerEntry => ({ projectId, kind: 'topup', amount, taskId: null, attempt: null, annotatorId: null });
+/** Money added by `actor` (the authenticated caller). */
+export const topUpEntry = (projectId: ProjectId, amount: Money, actor: string): LedgerEntry => ({ projectId, kind: 'topup', amount, taskId: null, attempt: null, annotatorId: null, actor });
 
 /**
  * The balance after a top-up. Beyond 2^53 - 1 cents a balance would no longer be an exact number,

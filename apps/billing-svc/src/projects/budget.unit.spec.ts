@@ -6,11 +6,11 @@ const projectId = '22222222-2222-4222-8222-222222222222' as ProjectId;
 
 describe('openingLedger', () => {
   it('records a positive initial budget as one top-up', () => {
-    expect(openingLedger(projectId, 2_500)).toEqual([{ projectId, kind: 'topup', amount: 2_500, taskId: null, attempt: null, annotatorId: null }]);
+    expect(openingLedger(projectId, 2_500, 'ops-1')).toEqual([{ projectId, kind: 'topup', amount: 2_500, taskId: null, attempt: null, annotatorId: null, actor: 'ops-1' }]);
   });
 
   it('records nothing for an empty initial budget', () => {
-    expect(openingLedger(projectId, 0)).toEqual([]);
+    expect(openingLedger(projectId, 0, 'ops-1')).toEqual([]);
   });
 });
 

@@ -1,5 +1,6 @@
 import type { AnnotatorId, Money, ProjectId, TaskId } from '@labelflow/contracts';
-import { ServiceKitError, ServiceKitErrors, type Queryable } from '@labelflow/service-kit';
+import { z } from 'zod';
+import { keysetPage, ServiceKitError, ServiceKitErrors, type Queryable } from '@labelflow/service-kit';
 import type { ProjectBudget } from '../billing/state';
 
 /** Project side: topup, debit, refund. Annotator side: credit, reversal (of a refunded credit). */
@@ -13,6 +14,8 @@ export interface LedgerEntry {
   readonly taskId: TaskId | null;
   readonly attempt: number | null;
   readonly annotatorId: AnnotatorId | null;
+  /** The person whose decision booked it; null: the system (or recorded before actors were). */
+  readonly actor: string | null;
 }
 export type LedgerRecord = LedgerEntry & { readonly id: string; readonly createdAt: Date };
 
@@ -40,6 +43,7 @@ interface LedgerRow {
   kind: string;
   annotator_id: string | null;
   amount: string;
+  actor: string | null;
   created_at: Date;
 }
 
@@ -62,6 +66,7 @@ const toLedger = (r: LedgerRow): LedgerRecord => ({
   kind: r.kind as LedgerKind,
   annotatorId: r.annotator_id as AnnotatorId | null,
   amount: Number(r.amount),
+  actor: r.actor,
   createdAt: r.created_at,
 });
 
@@ -103,8 +108,8 @@ export async function saveBalance(db: Queryable, projectId: ProjectId, balance: 
 export async function appendLedger(db: Queryable, entries: readonly LedgerEntry[]): Promise<void> {
   for (const e of entries) {
     await db.query(
-      'INSERT INTO ledger (project_id, task_id, attempt, kind, annotator_id, amount) VALUES ($1, $2, $3, $4, $5, $6)',
-      [e.projectId, e.taskId, e.attempt, e.kind, e.annotatorId, e.amount],
+      'INSERT INTO ledger (project_id, task_id, attempt, kind, annotator_id, amount, actor) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+      [e.projectId, e.taskId, e.attempt, e.kind, e.annotatorId, e.amount, e.actor],
     );
   }
 }
@@ -116,4 +121,47 @@ export async function listLedger(db: Queryable, filter: { taskId?: TaskId; annot
     [filter.taskId ?? null, filter.annotatorId ?? null, filter.kind ?? null],
   );
   return rows.map(toLedger);
+}
+
+const MAX_BIGINT = 2n ** 63n - 1n;
+
+/** Where a page of `pageLedger` ends: a ledger id (bigserial, so a decimal string). */
+export const LedgerListPosition = z.object({ afterId: z.string().regex(/^[1-9]\d{0,18}$/).refine((id) => BigInt(id) <= MAX_BIGINT) });
+export type LedgerListPosition = z.infer<typeof LedgerListPosition>;
+
+export interface LedgerPageFilter {
+  readonly annotatorId: string;
+  readonly kind?: LedgerKind;
+  /** Only entries of these projects (a manager's); an empty list matches nothing. Every project when left out. */
+  readonly projectIds?: readonly string[] | 'all';
+  readonly limit: number;
+  /** The `next.afterId` of the previous page: entries with a greater id. */
+  readonly afterId?: string | number;
+}
+
+/**
+ * A page of an annotator's ledger entries in id (booking) order; `next` is null exactly when no
+ * entry follows the page. Reads ledger_annotator in id order; with a project filter, each project's
+ * range of ledger_annotator_project (at most limit + 1 entries) is read and the ranges merged, where
+ * `project_id = ANY(...)` would read and sort every entry the annotator has in those projects.
+ */
+export async function pageLedger(db: Queryable, filter: LedgerPageFilter): Promise<{ items: LedgerRecord[]; next: LedgerListPosition | null }> {
+  const projectIds = filter.projectIds === 'all' ? undefined : filter.projectIds;
+  if (projectIds?.length === 0) return { items: [], next: null };
+  const values: unknown[] = [];
+  const param = (value: unknown): string => `$${values.push(value)}`;
+  const where = [`ledger.annotator_id = ${param(filter.annotatorId)}`];
+  if (filter.kind !== undefined) where.push(`ledger.kind = ${param(filter.kind)}`);
+  if (filter.afterId !== undefined) where.push(`ledger.id > ${param(String(filter.afterId))}::bigint`);
+  const limit = param(filter.limit + 1);
+  let sql = `SELECT * FROM ledger WHERE ${where.join(' AND ')} ORDER BY ledger.id LIMIT ${limit}`;
+  if (projectIds) {
+    // DISTINCT: a project named twice would otherwise return its entries twice.
+    const projects = `(SELECT DISTINCT project_id FROM unnest(${param(projectIds)}::uuid[]) AS project_id) AS p`;
+    const range = `SELECT * FROM ledger WHERE ${[...where, 'ledger.project_id = p.project_id'].join(' AND ')} ORDER BY ledger.id LIMIT ${limit}`;
+    sql = `SELECT l.* FROM ${projects} CROSS JOIN LATERAL (${range}) AS l ORDER BY l.id LIMIT ${limit}`;
+  }
+  const { rows } = await db.query<LedgerRow>(sql, values);
+  const { items, next } = keysetPage(rows, filter.limit, (last) => ({ afterId: last.id }));
+  return { items: items.map(toLedger), next };
 }

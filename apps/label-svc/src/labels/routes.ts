@@ -1,15 +1,17 @@
 import type { FastifyInstance } from 'fastify';
 import type {} from '@labelflow/idempotency';
 import { z } from 'zod';
+import { can, canSeeProject, Permission } from '@labelflow/auth';
 import { Annotation, AnnotatorId, Attempt, TaskId } from '@labelflow/contracts';
-import { clientGone, honourPreferWait, HttpError, parseInput, retryWhileNotYet, type ServiceContext } from '@labelflow/service-kit';
+import { clientGone, guard, honourPreferWait, HttpError, parseInput, retryWhileNotYet, type ServiceContext } from '@labelflow/service-kit';
 import type { LabelSvcConfig } from '../config';
 import type { LabelRejection } from './decide';
 import { executeLabel } from './execute';
 import { listLabelRows, loadLabelTask } from './repository';
 
 // Strict down to each annotation: a misspelt field (`confidnce`) is an error, not silently dropped.
-const SubmitBody = z.object({ annotatorId: AnnotatorId, annotations: z.array(Annotation.strict()).min(1).max(1000), attempt: Attempt.optional() }).strict();
+// The annotator is the caller; an `annotatorId`, if sent, must name the caller.
+const SubmitBody = z.object({ annotatorId: AnnotatorId.optional(), annotations: z.array(Annotation.strict()).min(1).max(1000), attempt: Attempt.optional() }).strict();
 const TaskParams = z.object({ taskId: TaskId });
 
 const statusFor: Record<LabelRejection['code'], number> = {
@@ -27,13 +29,17 @@ const statusFor: Record<LabelRejection['code'], number> = {
   NOTHING_TO_UNDO: 409,
 };
 
+const taskNotFound = (taskId: string) => ({ code: 'TASK_NOT_FOUND', message: `label-svc knows nothing of task ${taskId}` });
+
 export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcConfig>): void {
   // A double-clicked or retried submission with the same Idempotency-Key gets the first answer back.
   // With Prefer: wait, ASSIGNMENT_UNKNOWN (the claim has not arrived yet) is answered only once the
   // wait is over: until then each TaskAssigned this service applies to the task decides again.
   app.post('/tasks/:taskId/labels', async (request, reply) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
-    const body = parseInput(SubmitBody, request.body);
+    const { annotatorId: named, ...body } = parseInput(SubmitBody, request.body);
+    const annotatorId = request.principal.subject as AnnotatorId;
+    if (named !== undefined && named !== annotatorId) throw new HttpError(403, 'ACTOR_MISMATCH', `annotatorId must be the caller (${annotatorId}); leave it out`);
     return retryWhileNotYet({
       signals: ctx.signals,
       taskId,
@@ -42,13 +48,22 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
       abort: clientGone(reply),
       metrics: ctx.metrics,
       route: 'POST /tasks/:taskId/labels',
-      attempt: () =>
-        request.idempotent({}, async (tx, key) => {
-          const result = await executeLabel(tx, { type: 'SubmitLabels', taskId, ...body, now: ctx.now() });
+      attempt: async () => {
+        // The project is known once any event of the task arrived (it never changes after); before
+        // that, the answer is ASSIGNMENT_UNKNOWN (not yet) whoever asks, and the command never runs
+        // unchecked. Another tenant's task answers the same, so task ids cannot be probed.
+        const known = await loadLabelTask(ctx.pool, taskId, false);
+        if (!known.assignment || !canSeeProject(request.principal, known.assignment.projectId)) {
+          throw new HttpError(409, 'ASSIGNMENT_UNKNOWN', `task ${taskId} has no assignment (yet): claim it first, or retry shortly`);
+        }
+        guard(request, Permission.labelsSubmit, known.assignment.projectId, taskNotFound(taskId));
+        return request.idempotent({}, async (tx, key) => {
+          const result = await executeLabel(tx, { type: 'SubmitLabels', taskId, annotatorId, ...body, now: ctx.now() });
           if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
           const [event] = await ctx.emit(tx, result.events, key);
           return { status: 201, body: { taskId, attempt: event?.attempt, status: 'submitted', eventId: event?.id } };
-        }),
+        });
+      },
     });
   });
 
@@ -56,15 +71,19 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
     const { taskId } = parseInput(TaskParams, request.params, 'path');
     const state = await loadLabelTask(ctx.pool, taskId, false);
     const rows = await listLabelRows(ctx.pool, taskId);
-    if (!state.assignment && rows.length === 0) throw new HttpError(404, 'TASK_NOT_FOUND', `label-svc knows nothing of task ${taskId}`);
     const { assignment } = state;
+    if (!assignment) throw new HttpError(404, 'TASK_NOT_FOUND', `label-svc knows nothing of task ${taskId}`);
+    guard(request, Permission.labelsRead, assignment.projectId, taskNotFound(taskId));
+    // Who labelled is shown to that annotator and to whoever may see people (managers, owners, admins).
+    const people = can(request.principal, Permission.peopleRead, assignment.projectId);
+    const person = (id: string | null) => (id === null || people || id === request.principal.subject ? { annotatorId: id } : {});
     return {
       taskId,
       cancelled: state.cancelled,
-      assignment: assignment && { attempt: assignment.attempt, annotatorId: assignment.annotatorId, projectId: assignment.projectId, leaseExpiresAt: assignment.leaseExpiresAt },
+      assignment: { attempt: assignment.attempt, ...person(assignment.annotatorId), projectId: assignment.projectId, leaseExpiresAt: assignment.leaseExpiresAt },
       labels: rows.map((r) => ({
         attempt: r.attempt,
-        annotatorId: r.annotator_id,
+        ...person(r.annotator_id),
         annotations: r.annotations,
         status: r.status,
         voidReason: r.void_reason,

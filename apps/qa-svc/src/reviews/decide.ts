@@ -30,6 +30,7 @@ export const ReviewRejections = {
   REASON_REQUIRED: 'REASON_REQUIRED',
   TASK_CANCELLED: 'TASK_CANCELLED',
   NOTHING_TO_UNDO: 'NOTHING_TO_UNDO',
+  SELF_REVIEW: 'SELF_REVIEW',
 } as const;
 export type ReviewRejection = Rejection<(typeof ReviewRejections)[keyof typeof ReviewRejections]>;
 /** What a decision yields: published qa events, plus qa-svc's own unpublished deadline record. */
@@ -103,6 +104,10 @@ function decideReview(command: Extract<ReviewCommand, { type: 'DecideReview' }>,
   }
   const closed = undecidable(review);
   if (closed) return closed;
+  // Four eyes: whoever labelled any attempt of the task never judges it, not even a later attempt.
+  if (state.reviews.some((r) => String(r.annotatorId) === String(command.reviewerId))) {
+    return reject('SELF_REVIEW', `${command.reviewerId} labelled this task and may not review it`);
+  }
   const base = { taskId: command.taskId, projectId: review.projectId, attempt: review.attempt, version: 1 } as const;
   if (command.decision === ReviewDecision.approve) {
     return accept({ ...base, type: 'QaPassed', payload: { annotatorId: review.annotatorId, reviewerId: command.reviewerId } });

@@ -173,6 +173,22 @@ describe('qa-svc: deciding reviews', () => {
     expect(decide(approve(), given(opened(1), qaRejected(1), opened(2)))).toEqual({ ok: true, events: [qaPassed(2)] });
   });
 
+  it('refuses the annotator of the attempt under review as its reviewer with SELF_REVIEW', () => {
+    const decision = decide({ type: 'DecideReview', taskId, reviewerId: String(alice) as ReviewerId, decision: 'approve' }, given(opened(1)));
+
+    expect(rejectionCode(decision)).toBe('SELF_REVIEW');
+  });
+
+  it('refuses a reviewer who labelled an earlier attempt of the task with SELF_REVIEW, and lets another reviewer decide it', () => {
+    // alice labelled attempt 1, which rev-1 rejected; bob labelled attempt 2.
+    const state = given(opened(1), qaRejected(1), opened(2, bob));
+    const asAlice = (decision: 'approve' | 'reject'): ReviewCommand => ({ type: 'DecideReview', taskId, reviewerId: String(alice) as ReviewerId, decision, reason: 'looks wrong' });
+
+    expect(rejectionCode(decide(asAlice('approve'), state))).toBe('SELF_REVIEW');
+    expect(rejectionCode(decide(asAlice('reject'), state))).toBe('SELF_REVIEW');
+    expect(decide(approve(), state)).toEqual({ ok: true, events: [qaPassed(2, bob)] });
+  });
+
   it.each([
     ['timed out', [opened(1), qaTimedOut(1)]],
     ['revoked after a billing failure', [opened(1), qaPassed(1), billingFailed(1)]],

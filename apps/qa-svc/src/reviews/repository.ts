@@ -1,8 +1,9 @@
 import type { AnnotatorId, ProjectId, ReviewerId, TaskId } from '@labelflow/contracts';
-import { unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
+import { z } from 'zod';
+import { keysetPage, TimestampKey, timestampKeySql, unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { emptyState, type CloseReason, type Review, type ReviewStatus, type ReviewTaskState } from './state';
 
-interface ReviewRow {
+export interface ReviewRow {
   attempt: number;
   project_id: string;
   annotator_id: string;
@@ -85,12 +86,70 @@ export async function saveReviewsMany(tx: Queryable, changes: readonly { readonl
   );
 }
 
-export async function listReviewRows(db: Queryable, filter: { taskId?: string; status?: string; limit: number }): Promise<(ReviewRow & { task_id: string })[]> {
-  const { rows } = await db.query<ReviewRow & { task_id: string }>(
-    `SELECT * FROM reviews WHERE ($1::text IS NULL OR task_id = $1) AND ($2::text IS NULL OR status = $2) ORDER BY opened_at, task_id, attempt LIMIT $3`,
-    [filter.taskId ?? null, filter.status ?? null, filter.limit],
-  );
-  return rows;
+/** Where a page of `pageReviewRows` ends; what a route decodes from its cursor and passes back as `after`. */
+export const ReviewListPosition = z.object({ openedAt: TimestampKey, taskId: z.string().min(1).max(64), attempt: z.number().int().min(1).max(2_147_483_647) });
+export type ReviewListPosition = z.infer<typeof ReviewListPosition>;
+
+export type ReviewListRow = ReviewRow & { task_id: string; /** opened_at to the microsecond, for the next position. */ opened_at_key: string };
+
+export interface ReviewListFilter {
+  /** One task's reviews only (its history). */
+  readonly taskId?: string;
+  /** The projects the caller may see; an empty list matches nothing. */
+  readonly projectIds: readonly string[] | 'all';
+  /** One status or any of several; an empty list matches nothing. */
+  readonly status?: readonly string[] | string;
+  readonly limit: number;
+  /** The `next` of the previous page: reviews strictly after it in (opened_at, task_id, attempt) order. */
+  readonly after?: ReviewListPosition;
+}
+
+/**
+ * A page of reviews in (opened_at, task_id, attempt) order; `next` is null exactly when no review
+ * follows the page. Reviews upserted in one transaction share opened_at (now()), so the cursor
+ * carries it to the microsecond plus the whole primary key. Each (project, status) pair of the
+ * filter is read as its own ordered index range of at most limit + 1 rows and the ranges merged:
+ * `project_id = ANY(...)` would instead read every remaining review of those projects and sort them.
+ */
+export async function pageReviewRows(db: Queryable, filter: ReviewListFilter): Promise<{ items: ReviewListRow[]; next: ReviewListPosition | null }> {
+  const statuses = typeof filter.status === 'string' ? [filter.status] : filter.status;
+  if ((filter.projectIds !== 'all' && filter.projectIds.length === 0) || statuses?.length === 0) return { items: [], next: null };
+  const values: unknown[] = [];
+  const param = (value: unknown): string => `$${values.push(value)}`;
+  // DISTINCT: a project or status named twice would otherwise return its reviews twice.
+  const partitions: string[] = [];
+  const inner: string[] = [];
+  if (filter.projectIds !== 'all') {
+    partitions.push(`(SELECT DISTINCT project_id FROM unnest(${param(filter.projectIds)}::uuid[]) AS project_id) AS p`);
+    inner.push('reviews.project_id = p.project_id');
+  }
+  if (statuses) {
+    partitions.push(`(SELECT DISTINCT status FROM unnest(${param(statuses)}::text[]) AS status) AS s`);
+    inner.push('reviews.status = s.status');
+  }
+  if (filter.taskId !== undefined) inner.push(`reviews.task_id = ${param(filter.taskId)}`);
+  if (filter.after) {
+    const { openedAt, taskId, attempt } = filter.after;
+    inner.push(`(reviews.opened_at, reviews.task_id, reviews.attempt) > (${param(openedAt)}::timestamptz, ${param(taskId)}::text, ${param(attempt)}::int)`);
+  }
+  const limit = param(filter.limit + 1);
+  const where = inner.length > 0 ? `WHERE ${inner.join(' AND ')}` : '';
+  const range = `SELECT reviews.*, ${timestampKeySql('reviews.opened_at')} AS opened_at_key FROM reviews ${where}
+    ORDER BY reviews.opened_at, reviews.task_id, reviews.attempt LIMIT ${limit}`;
+  const sql =
+    partitions.length === 0
+      ? range
+      : `SELECT r.* FROM ${partitions.join(' CROSS JOIN ')} CROSS JOIN LATERAL (${range}) AS r ORDER BY r.opened_at, r.task_id, r.attempt LIMIT ${limit}`;
+  const { rows } = await db.query<ReviewListRow>(sql, values);
+  return keysetPage(rows, filter.limit, (last) => ({ openedAt: last.opened_at_key, taskId: last.task_id, attempt: last.attempt }));
+}
+
+/**
+ * The first `limit` reviews of `pageReviewRows`' order, without a next position: a task's history
+ * (`{ taskId, limit: 1000 }`). Every project unless `projectIds` says otherwise.
+ */
+export async function listReviewRows(db: Queryable, filter: Omit<ReviewListFilter, 'projectIds'> & { readonly projectIds?: ReviewListFilter['projectIds'] }): Promise<ReviewListRow[]> {
+  return (await pageReviewRows(db, { ...filter, projectIds: filter.projectIds ?? 'all' })).items;
 }
 
 /** Whether the task was cancelled, for the views. */

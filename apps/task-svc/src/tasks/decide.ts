@@ -4,7 +4,7 @@ import type { BillingCompleted, BillingFailed, QaRejected, QaTimedOut, ReopenRea
 import { statusRank, TaskStatus, type ObservedEvent, type TaskState } from './state';
 
 export type TaskCommand =
-  | { readonly type: 'CreateTask'; readonly taskId: TaskId; readonly projectId: ProjectId; readonly title: string; readonly dataUri: string; readonly taskNumber?: string }
+  | { readonly type: 'CreateTask'; readonly taskId: TaskId; readonly projectId: ProjectId; readonly title: string; readonly dataUri: string; readonly taskNumber?: string; readonly createdBy?: string }
   | { readonly type: 'ClaimTask'; readonly taskId: TaskId; readonly annotatorId: AnnotatorId; readonly now: Date; readonly leaseMs: number }
   | { readonly type: 'ExpireLease'; readonly taskId: TaskId; readonly now: Date; readonly graceMs: number }
   | { readonly type: 'CancelTask'; readonly taskId: TaskId; readonly reason: string; readonly cancelledBy: string }
@@ -30,8 +30,8 @@ export function decide(command: TaskCommand, state: TaskState | null): TaskDecis
   switch (command.type) {
     case 'CreateTask': {
       if (state) return reject('TASK_EXISTS', `task ${command.taskId} already exists`);
-      const { taskId, projectId, title, dataUri, taskNumber } = command;
-      return accept({ type: 'TaskCreated', version: 1, taskId, projectId, attempt: 1, payload: { title, dataUri, ...(taskNumber ? { taskNumber } : {}) } });
+      const { taskId, projectId, title, dataUri, taskNumber, createdBy } = command;
+      return accept({ type: 'TaskCreated', version: 1, taskId, projectId, attempt: 1, payload: { title, dataUri, ...(taskNumber ? { taskNumber } : {}), ...(createdBy ? { createdBy } : {}) } });
     }
     case 'ClaimTask': {
       if (!state) return reject('TASK_NOT_FOUND', `task ${command.taskId} does not exist`);

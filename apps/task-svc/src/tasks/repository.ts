@@ -1,5 +1,6 @@
 import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
-import { ServiceKitError, ServiceKitErrors, type Queryable } from '@labelflow/service-kit';
+import { z } from 'zod';
+import { keysetPage, ServiceKitError, ServiceKitErrors, TimestampKey, timestampKeySql, type Queryable } from '@labelflow/service-kit';
 import type { TaskState, TaskStatus } from './state';
 
 interface TaskRow {
@@ -77,13 +78,51 @@ export async function saveTasks(tx: Queryable, changes: readonly { readonly befo
   }
 }
 
-export async function listTasks(db: Queryable, filter: { projectId?: string; status?: string; limit: number }): Promise<TaskRecord[]> {
-  const { rows } = await db.query<TaskRow>(
-    `SELECT * FROM tasks WHERE ($1::uuid IS NULL OR project_id = $1) AND ($2::text IS NULL OR status = $2)
-     ORDER BY created_at, task_id LIMIT $3`,
-    [filter.projectId ?? null, filter.status ?? null, filter.limit],
-  );
-  return rows.map(toState);
+/** Where a page of `listTasks` ends; what a route decodes from its cursor and passes back as `after`. */
+export const TaskListPosition = z.object({ createdAt: TimestampKey, taskId: z.string().min(1).max(64) });
+export type TaskListPosition = z.infer<typeof TaskListPosition>;
+
+export interface TaskListFilter {
+  /** The projects the caller may see; an empty list matches nothing. */
+  readonly projectIds: readonly string[] | 'all';
+  /** One status or any of several; an empty list matches nothing. */
+  readonly status?: readonly string[] | string;
+  readonly limit: number;
+  /** The `next` of the previous page: tasks strictly after it in (created_at, task_id) order. */
+  readonly after?: TaskListPosition;
+}
+
+/**
+ * A page of tasks in (created_at, task_id) order. `next` is null exactly when no task follows the
+ * page. Each (project, status) pair of the filter is read as its own ordered index range of at
+ * most limit + 1 rows and the ranges merged: `project_id = ANY(...)` would instead read every
+ * remaining task of those projects and sort them, on every page.
+ */
+export async function listTasks(db: Queryable, filter: TaskListFilter): Promise<{ items: TaskRecord[]; next: TaskListPosition | null }> {
+  const statuses = typeof filter.status === 'string' ? [filter.status] : filter.status;
+  if ((filter.projectIds !== 'all' && filter.projectIds.length === 0) || statuses?.length === 0) return { items: [], next: null };
+  const values: unknown[] = [];
+  const param = (value: unknown): string => `$${values.push(value)}`;
+  // DISTINCT: a project or status named twice would otherwise return its tasks twice.
+  const partitions: string[] = [];
+  const inner: string[] = [];
+  if (filter.projectIds !== 'all') {
+    partitions.push(`(SELECT DISTINCT project_id FROM unnest(${param(filter.projectIds)}::uuid[]) AS project_id) AS p`);
+    inner.push('tasks.project_id = p.project_id');
+  }
+  if (statuses) {
+    partitions.push(`(SELECT DISTINCT status FROM unnest(${param(statuses)}::text[]) AS status) AS s`);
+    inner.push('tasks.status = s.status');
+  }
+  if (filter.after) inner.push(`(tasks.created_at, tasks.task_id) > (${param(filter.after.createdAt)}::timestamptz, ${param(filter.after.taskId)}::text)`);
+  const limit = param(filter.limit + 1);
+  const where = inner.length > 0 ? `WHERE ${inner.join(' AND ')}` : '';
+  const range = `SELECT tasks.*, ${timestampKeySql('tasks.created_at')} AS created_at_key FROM tasks ${where} ORDER BY tasks.created_at, tasks.task_id LIMIT ${limit}`;
+  const sql =
+    partitions.length === 0 ? range : `SELECT t.* FROM ${partitions.join(' CROSS JOIN ')} CROSS JOIN LATERAL (${range}) AS t ORDER BY t.created_at, t.task_id LIMIT ${limit}`;
+  const { rows } = await db.query<TaskRow & { created_at_key: string }>(sql, values);
+  const { items, next } = keysetPage(rows, filter.limit, (last) => ({ createdAt: last.created_at_key, taskId: last.task_id }));
+  return { items: items.map(toState), next };
 }
 
 /**

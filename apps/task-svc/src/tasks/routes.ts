@@ -2,12 +2,13 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { IdempotentOptions } from '@labelflow/idempotency';
 import { createSegmentAllocator, formatTaskNumber, ProjectKey } from '@labelflow/idgen';
 import { z } from 'zod';
-import { AnnotatorId, Attempt, callerOf, ProjectId, storable, TaskId } from '@labelflow/contracts';
-import { awaitTask, clientGone, honourPreferWait, HttpError, parseInput, requireAdmin, type PoolClient, type ServiceContext } from '@labelflow/service-kit';
+import { can, canSeeProject, Permission, projectsWith } from '@labelflow/auth';
+import { AnnotatorId, Attempt, ProjectId, storable, TaskId } from '@labelflow/contracts';
+import { awaitTask, clientGone, decodeCursor, encodeCursor, guard, honourPreferWait, HttpError, PageQuery, parseInput, type PoolClient, type ServiceContext } from '@labelflow/service-kit';
 import type { TaskSvcConfig } from '../config';
 import type { TaskCommand, TaskRejection } from './decide';
 import { executeTask } from './execute';
-import { listTasks, loadTask, projectKeyFor, type TaskRecord } from './repository';
+import { listTasks, loadTask, projectKeyFor, TaskListPosition, type TaskRecord } from './repository';
 import { TaskStatus } from './state';
 
 const CreateTaskBody = z
@@ -15,13 +16,14 @@ const CreateTaskBody = z
   .strict();
 /** Task numbers of a project whose first task named no key read `TASK-1`, `TASK-2`, ... */
 const DEFAULT_PROJECT_KEY = 'TASK';
-const ClaimBody = z.object({ annotatorId: AnnotatorId }).strict();
+/** The claimant is the caller; an `annotatorId`, if sent, must name the caller. */
+const ClaimBody = z.object({ annotatorId: AnnotatorId.optional() }).strict().optional();
 const CancelBody = z.object({ reason: storable(z.string().trim().min(1).max(2000)) }).strict();
 const TaskParams = z.object({ taskId: TaskId });
 const ListQuery = z.object({
   projectId: ProjectId.optional(),
   status: z.enum(Object.values(TaskStatus) as [string, ...string[]]).optional(),
-  limit: z.coerce.number().int().min(1).max(1000).default(100),
+  ...PageQuery,
 });
 /** `a,b` or a repeated parameter (`?status=a&status=b`), as a list of statuses. */
 const StatusList = z
@@ -38,13 +40,29 @@ const statusFor: Record<TaskRejection['code'], number> = {
   LEASE_NOT_DUE: 409,
   NOT_BILLABLE: 409, TASK_EXISTS: 409, TASK_NOT_FOUND: 404, TASK_NOT_CLAIMABLE: 409, STALE_ATTEMPT: 409, TASK_NOT_REOPENABLE: 409 };
 
-/** Who holds a task is the admins' business: a losing claimant learns only that it is taken. */
+const taskNotFound = (taskId: string) => ({ code: 'TASK_NOT_FOUND', message: `task ${taskId} does not exist` });
+
+/** Who holds a task is the project managers' business: a losing claimant learns only that it is taken. */
 function rejection(reason: TaskRejection, request: FastifyRequest, task: TaskRecord | null): HttpError {
-  const details = callerOf(request.headers).admin && task?.assignee ? { assignee: task.assignee } : undefined;
+  const details = task?.assignee && can(request.principal, Permission.peopleRead, task.projectId) ? { assignee: task.assignee } : undefined;
   return new HttpError(statusFor[reason.code], reason.code, reason.message, details);
 }
 
-export const toView = (t: TaskRecord) => ({
+/** Loads the task for a request and checks the caller may do `permission` to it (404 across tenants). */
+async function authorizedTask(ctx: ServiceContext<TaskSvcConfig>, request: FastifyRequest, taskId: TaskId, permission: Permission): Promise<TaskRecord> {
+  const task = await loadTask(ctx.pool, taskId);
+  if (!task) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${taskId} does not exist`);
+  guard(request, permission, task.projectId, taskNotFound(taskId));
+  return task;
+}
+
+/** A body's actor must be the caller: no one acts in someone else's name. */
+export function actorMustBeCaller(request: FastifyRequest, named: string | undefined, field: string): void {
+  if (named !== undefined && named !== request.principal.subject) throw new HttpError(403, 'ACTOR_MISMATCH', `${field} must be the caller (${request.principal.subject}); leave it out`);
+}
+
+/** The assignee is shown to the assignee and to whoever may see people (managers, owners, admins). */
+export const toView = (t: TaskRecord, request: FastifyRequest) => ({
   taskId: t.taskId,
   projectId: t.projectId,
   title: t.title,
@@ -52,7 +70,8 @@ export const toView = (t: TaskRecord) => ({
   taskNumber: t.taskNumber,
   status: t.status,
   attempt: t.attempt,
-  assignee: t.assignee,
+  // Omitted, not null (null means unassigned), when the caller may not see who holds the task.
+  ...(t.assignee === null || t.assignee === request.principal.subject || can(request.principal, Permission.peopleRead, t.projectId) ? { assignee: t.assignee } : {}),
   leaseExpiresAt: t.leaseExpiresAt,
   reason: t.reason,
   version: t.version,
@@ -77,36 +96,41 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
       await ctx.signals.publish(tx, [command.taskId]);
       const saved = await loadTask(tx, command.taskId);
       if (!saved) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${command.taskId} does not exist`);
-      return { status, body: toView(saved) };
+      return { status, body: toView(saved, request) };
     });
 
   app.post('/tasks', async (request) => {
     const body = parseInput(CreateTaskBody, request.body);
+    guard(request, Permission.taskCreate, body.projectId, { code: 'PROJECT_NOT_FOUND', message: `project ${body.projectId} does not exist` });
     const { projectKey, ...fields } = body;
     // Drawn before the transaction opens: fetching the next segment needs a connection of its own,
     // and requests that each held one while waiting for another would starve the pool under load.
     // A number drawn by a request that then fails or is replayed is skipped: gaps, never duplicates.
-    const number = await numbers.next(body.projectId);
+    // Only for a request that will run: without its Idempotency-Key it is answered 400 below.
+    const number = request.headers['idempotency-key'] === undefined ? 0 : await numbers.next(body.projectId);
     const create = async (tx: PoolClient): Promise<Command> => {
       const registered = await projectKeyFor(tx, body.projectId, projectKey, DEFAULT_PROJECT_KEY);
       if ('conflict' in registered) throw new HttpError(409, 'PROJECT_KEY_MISMATCH', `project ${body.projectId} numbers its tasks as ${registered.conflict}, not ${projectKey}`);
       const taskNumber = formatTaskNumber(registered.key, number);
-      return { type: 'CreateTask', taskId: (await ctx.nextId()) as TaskId, ...fields, taskNumber };
+      return { type: 'CreateTask', taskId: (await ctx.nextId()) as TaskId, ...fields, taskNumber, createdBy: request.principal.subject };
     };
     return run(request, { required: true, project: body.projectId }, create, 201);
   });
 
   app.post('/tasks/:taskId/claim', async (request) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
-    const { annotatorId } = parseInput(ClaimBody, request.body);
+    const body = parseInput(ClaimBody, request.body);
+    await authorizedTask(ctx, request, taskId, Permission.taskClaim);
+    actorMustBeCaller(request, body?.annotatorId, 'annotatorId');
+    const annotatorId = request.principal.subject as AnnotatorId;
     return run(request, {}, { type: 'ClaimTask', taskId, annotatorId, now: ctx.now(), leaseMs: ctx.config.ASSIGNMENT_LEASE_MS });
   });
 
   app.post('/tasks/:taskId/cancel', async (request) => {
-    const { user } = requireAdmin(request.headers);
     const { taskId } = parseInput(TaskParams, request.params, 'path');
     const { reason } = parseInput(CancelBody, request.body);
-    return run(request, {}, { type: 'CancelTask', taskId, reason, cancelledBy: user });
+    await authorizedTask(ctx, request, taskId, Permission.taskCancel);
+    return run(request, {}, { type: 'CancelTask', taskId, reason, cancelledBy: request.principal.subject });
   });
 
   // A long poll: with conditions and Prefer: wait, the answer waits until the task meets them (its
@@ -125,15 +149,22 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
       attempt: async () => {
         const found = await loadTask(ctx.pool, taskId);
         if (!found) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${taskId} does not exist`);
+        guard(request, Permission.taskRead, found.projectId, taskNotFound(taskId));
         return found;
       },
       settled: (found) => matches(found, conditions),
     });
-    return toView(task);
+    return toView(task, request);
   });
 
+  // Only the caller's projects: a project named in the query that the caller has no part in is 404.
   app.get('/tasks', async (request) => {
-    const query = parseInput(ListQuery, request.query, 'query');
-    return { tasks: (await listTasks(ctx.pool, query)).map(toView) };
+    const { projectId, status, limit, cursor } = parseInput(ListQuery, request.query, 'query');
+    const { principal } = request;
+    if (projectId && !canSeeProject(principal, projectId)) throw new HttpError(404, 'PROJECT_NOT_FOUND', `project ${projectId} does not exist`);
+    const projectIds = projectId ? [projectId] : principal.admin ? 'all' : projectsWith(principal, Permission.taskRead);
+    const after = cursor === undefined ? undefined : decodeCursor(TaskListPosition, cursor);
+    const { items, next } = await listTasks(ctx.pool, { projectIds, ...(status ? { status } : {}), limit, ...(after ? { after } : {}) });
+    return { tasks: items.map((t) => toView(t, request)), nextCursor: next === null ? null : encodeCursor(next) };
   });
 }

@@ -1,0 +1,114 @@
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
+import { decodeCursor, encodeCursor, migrate } from '@labelflow/service-kit';
+import { createTestDatabase, createTestPool, uniqueName } from '@labelflow/testing';
+import { migrations } from '../migrations';
+import { appendLedger, insertProject, LedgerListPosition, listLedger, pageLedger, type LedgerEntry, type LedgerPageFilter } from './repository';
+
+const infra = inject('infra');
+
+const projectA = randomUUID() as ProjectId;
+const projectB = randomUUID() as ProjectId;
+const projectC = randomUUID() as ProjectId;
+const annotator = 'ann-paged' as AnnotatorId;
+const otherAnnotator = 'ann-other' as AnnotatorId;
+
+describe('billing-svc pageLedger keyset pages', () => {
+  let pool: pg.Pool;
+  let drop: () => Promise<void>;
+
+  beforeAll(async () => {
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('ledgerpage'));
+    drop = db.drop;
+    pool = createTestPool(db.url);
+    await migrate(pool, migrations);
+    for (const projectId of [projectA, projectB, projectC]) await insertProject(pool, { projectId, name: 'p', currency: 'EUR', pricePerTask: 100, balance: 0 });
+    // Interleaved as billing books them: the project's debit, then the annotator's credit, sometimes a reversal.
+    const entries: LedgerEntry[] = [];
+    for (let n = 1; n <= 60; n++) {
+      const projectId = [projectA, projectB, projectC][n % 3]!;
+      const taskId = String(500_000 + n) as TaskId;
+      const annotatorId = n % 4 === 0 ? otherAnnotator : annotator;
+      entries.push({ projectId, kind: 'debit', amount: 100, taskId, attempt: 1, annotatorId: null, actor: 'reviewer-1' });
+      entries.push({ projectId, kind: 'credit', amount: 100, taskId, attempt: 1, annotatorId, actor: 'reviewer-1' });
+      if (n % 5 === 0) entries.push({ projectId, kind: 'reversal', amount: 100, taskId, attempt: 1, annotatorId, actor: null });
+    }
+    await appendLedger(pool, entries);
+    await pool.query('ANALYZE ledger');
+  });
+  afterAll(async () => {
+    await pool.end();
+    await drop();
+  });
+
+  const expectedIds = async (where: string, values: unknown[]) =>
+    (await pool.query<{ id: string }>(`SELECT id FROM ledger WHERE annotator_id = $1 AND ${where} ORDER BY id`, [annotator, ...values])).rows.map((r) => r.id);
+
+  /** Walks every page as a client would, through encoded cursors, and checks each page's size. */
+  const walk = async (filter: Omit<LedgerPageFilter, 'afterId'>) => {
+    const ids: string[] = [];
+    let cursor: string | null = null;
+    for (let pages = 1; pages < 10_000; pages++) {
+      const afterId = cursor === null ? undefined : decodeCursor(LedgerListPosition, cursor).afterId;
+      const { items, next } = await pageLedger(pool, { ...filter, afterId });
+      ids.push(...items.map((e) => e.id));
+      if (next === null) return { ids, pages };
+      expect(items).toHaveLength(filter.limit);
+      cursor = encodeCursor(next);
+    }
+    throw new Error('paging did not end');
+  };
+
+  it('covers every entry of the annotator exactly once, in id order, whatever the page size', async () => {
+    const all = await expectedIds('true', []);
+    expect(all.length).toBeGreaterThan(40);
+    for (const limit of [1, 2, 7, 16, all.length - 1, all.length, 1000]) expect((await walk({ annotatorId: annotator, limit })).ids).toEqual(all);
+  });
+
+  it('filters by kind, leaving out reversals, debits and other annotators', async () => {
+    const { ids } = await walk({ annotatorId: annotator, kind: 'credit', limit: 6 });
+    expect(ids).toEqual(await expectedIds(`kind = 'credit'`, []));
+    const { items } = await pageLedger(pool, { annotatorId: annotator, kind: 'reversal', limit: 1000 });
+    expect(items.length).toBeGreaterThan(0);
+    expect(items.every((e) => e.kind === 'reversal' && e.annotatorId === annotator)).toBe(true);
+  });
+
+  it("returns only the listed projects' entries", async () => {
+    const { ids } = await walk({ annotatorId: annotator, kind: 'credit', projectIds: [projectC, projectA, projectA], limit: 5 });
+    expect(ids).toEqual(await expectedIds(`kind = 'credit' AND project_id IN ($2, $3)`, [projectA, projectC]));
+    const { items } = await pageLedger(pool, { annotatorId: annotator, projectIds: [projectB], limit: 1000 });
+    expect(items.length).toBeGreaterThan(0);
+    expect(items.every((e) => e.projectId === projectB)).toBe(true);
+  });
+
+  it('accepts the position as a number as well as a string', async () => {
+    const first = await pageLedger(pool, { annotatorId: annotator, limit: 3 });
+    const [byString, byNumber] = await Promise.all([
+      pageLedger(pool, { annotatorId: annotator, limit: 3, afterId: first.next!.afterId }),
+      pageLedger(pool, { annotatorId: annotator, limit: 3, afterId: Number(first.next!.afterId) }),
+    ]);
+    expect(byNumber).toEqual(byString);
+    expect(BigInt(byString.items[0]!.id)).toBeGreaterThan(BigInt(first.items[2]!.id));
+  });
+
+  it('answers an empty page with no next position', async () => {
+    expect(await pageLedger(pool, { annotatorId: 'nobody', limit: 10 })).toEqual({ items: [], next: null });
+    expect(await pageLedger(pool, { annotatorId: annotator, projectIds: [], limit: 10 })).toEqual({ items: [], next: null });
+    expect(await pageLedger(pool, { annotatorId: annotator, limit: 10, afterId: '9223372036854775807' })).toEqual({ items: [], next: null });
+  });
+
+  it('ends on the last full page with next null, never on an extra empty page', async () => {
+    const total = (await expectedIds(`kind = 'credit'`, [])).length;
+    const limit = [5, 4, 3, 2].find((l) => total % l === 0) ?? 1;
+    const { ids, pages } = await walk({ annotatorId: annotator, kind: 'credit', limit });
+    expect(ids).toHaveLength(total);
+    expect(pages).toBe(total / limit);
+  });
+
+  it('keeps listLedger answering every matching entry for its existing callers', async () => {
+    const credits = await listLedger(pool, { annotatorId: annotator, kind: 'credit' });
+    expect(credits.map((e) => e.id)).toEqual(await expectedIds(`kind = 'credit'`, []));
+  });
+});

@@ -1,0 +1,88 @@
+import { z } from 'zod';
+import { HttpError } from './errors';
+
+/** Longer cursors are refused before decoding: the query string is attacker-controlled input. */
+export const MAX_CURSOR_LENGTH = 512;
+
+/** The largest page any list returns; repositories fetch one row more to learn whether a next page exists. */
+export const MAX_PAGE_LIMIT = 1000;
+
+/**
+ * Query-string fields every paged list accepts; spread into a route's schema:
+ * `z.object({ ...PageQuery, status: ... })`.
+ */
+export const PageQuery = {
+  limit: z.coerce.number().int().min(1).max(MAX_PAGE_LIMIT).default(100),
+  cursor: z.string().max(MAX_CURSOR_LENGTH).optional(),
+};
+
+/**
+ * An opaque cursor: base64url of the JSON of the position after which the next page starts. Opaque
+ * so clients hand it back unchanged instead of building positions themselves; it is not signed,
+ * so what it holds must be nothing a client may not know, and every field must be re-validated.
+ */
+export function encodeCursor(value: object): string {
+  return Buffer.from(JSON.stringify(value), 'utf8').toString('base64url');
+}
+
+const invalidCursor = (why: string): HttpError =>
+  new HttpError(400, 'CURSOR_INVALID', `the cursor is not one this list issued (${why}): pass back nextCursor unchanged, or start again without a cursor`);
+
+const BASE64URL = /^[A-Za-z0-9_-]+$/;
+
+/**
+ * Decodes a cursor `encodeCursor` made and checks it against `schema`. Anything else is a 400
+ * CURSOR_INVALID, never a 500: the database would otherwise be the first to see a forged position.
+ */
+export function decodeCursor<S extends z.ZodType>(schema: S, cursor: string): z.infer<S> {
+  if (cursor.length > MAX_CURSOR_LENGTH) throw invalidCursor('too long');
+  // Node's decoder skips characters outside the alphabet and ignores stray trailing bits; only
+  // the exact encoding of some bytes is accepted, so one position has exactly one cursor.
+  if (!BASE64URL.test(cursor)) throw invalidCursor('not base64url');
+  const bytes = Buffer.from(cursor, 'base64url');
+  if (bytes.toString('base64url') !== cursor) throw invalidCursor('not base64url');
+  let value: unknown;
+  try {
+    value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch {
+    throw invalidCursor('not JSON');
+  }
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) throw invalidCursor('wrong shape');
+  return parsed.data;
+}
+
+/**
+ * Splits the `limit + 1` rows a keyset query fetched into the page and the position of its last
+ * row. `next` is null exactly when no row follows the page, so a client never fetches an empty
+ * last page (unless rows after the page were deleted in between).
+ */
+export function keysetPage<T, K>(rows: readonly T[], limit: number, keyOf: (last: T) => K): { items: T[]; next: K | null } {
+  const items = rows.slice(0, limit);
+  const last = items[items.length - 1];
+  return { items, next: rows.length > limit && last !== undefined ? keyOf(last) : null };
+}
+
+/** `keysetPage` with the position already encoded as an opaque cursor, for responses. */
+export function page<T, C extends object>(rows: readonly T[], limit: number, cursorOf: (last: T) => C): { items: T[]; nextCursor: string | null } {
+  const { items, next } = keysetPage(rows, limit, cursorOf);
+  return { items, nextCursor: next === null ? null : encodeCursor(next) };
+}
+
+/**
+ * A timestamptz column as a keyset cursor carries it: UTC ISO 8601 to the microsecond. A JS Date
+ * keeps only milliseconds, and rows sharing a millisecond (or a transaction's now()) would be
+ * skipped or repeated across pages if the cursor were rounded.
+ */
+export const timestampKeySql = (column: string): string => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+
+/** Checks a cursor's timestamp fully, so a forged one is a 400 here rather than a database error. */
+export const TimestampKey = z
+  .string()
+  .regex(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/)
+  .refine((s) => {
+    const seconds = `${s.slice(0, 19)}Z`;
+    const date = new Date(seconds);
+    // Date rolls 02-30 or 24:00 over to another instant instead of refusing it; PostgreSQL refuses year 0.
+    return !Number.isNaN(date.getTime()) && date.toISOString().slice(0, 19) === s.slice(0, 19) && !s.startsWith('0000');
+  });
