@@ -86,3 +86,53 @@ export const TimestampKey = z
     // Date rolls 02-30 or 24:00 over to another instant instead of refusing it; PostgreSQL refuses year 0.
     return !Number.isNaN(date.getTime()) && date.toISOString().slice(0, 19) === s.slice(0, 19) && !s.startsWith('0000');
   });
+
+/** One filter column read as separate index ranges: `values` undefined = no filter on it. */
+export interface KeysetPartition {
+  readonly column: string;
+  /** SQL type of the column, for the array parameter (`uuid`, `text`). */
+  readonly type: string;
+  readonly values: readonly string[] | undefined;
+}
+
+export interface KeysetQuery {
+  readonly table: string;
+  /** Extra select expressions, e.g. the timestamp key of the order column. */
+  readonly select?: string;
+  /** The order (and keyset) columns with their SQL types, unique together. */
+  readonly order: readonly { readonly column: string; readonly type: string }[];
+  readonly partitions: readonly KeysetPartition[];
+  /** Equality filters that are not partitions (a task id). */
+  readonly equals?: readonly { readonly column: string; readonly value: unknown }[];
+  /** The previous page's last position, one value per order column. */
+  readonly after?: readonly unknown[];
+  readonly limit: number;
+}
+
+/**
+ * A keyset page query that reads each combination of the partition values as its own ordered
+ * index range of at most limit + 1 rows and merges them: `col = ANY(...)` would instead read every
+ * remaining row of those values and sort them, on every page. `null` when a partition's list is
+ * empty (nothing can match). Fetches limit + 1 rows, for `keysetPage`.
+ */
+export function keysetQuery(q: KeysetQuery): { readonly text: string; readonly values: unknown[] } | null {
+  if (q.partitions.some((p) => p.values !== undefined && p.values.length === 0)) return null;
+  const values: unknown[] = [];
+  const param = (value: unknown): string => `$${values.push(value)}`;
+  const from: string[] = [];
+  const where: string[] = [];
+  q.partitions.forEach((p, i) => {
+    if (p.values === undefined) return;
+    // DISTINCT: a value named twice would otherwise return its rows twice.
+    from.push(`(SELECT DISTINCT v FROM unnest(${param(p.values)}::${p.type}[]) AS v) AS p${i}`);
+    where.push(`${q.table}.${p.column} = p${i}.v`);
+  });
+  for (const { column, value } of q.equals ?? []) where.push(`${q.table}.${column} = ${param(value)}`);
+  const columns = (prefix: string) => q.order.map((o) => `${prefix}.${o.column}`).join(', ');
+  if (q.after) where.push(`(${columns(q.table)}) > (${q.order.map((o, i) => `${param(q.after?.[i])}::${o.type}`).join(', ')})`);
+  const limit = param(q.limit + 1);
+  const range = `SELECT ${q.table}.*${q.select ? `, ${q.select}` : ''} FROM ${q.table} ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''}
+    ORDER BY ${columns(q.table)} LIMIT ${limit}`;
+  const text = from.length === 0 ? range : `SELECT r.* FROM ${from.join(' CROSS JOIN ')} CROSS JOIN LATERAL (${range}) AS r ORDER BY ${columns('r')} LIMIT ${limit}`;
+  return { text, values };
+}

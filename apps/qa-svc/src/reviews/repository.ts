@@ -1,6 +1,6 @@
 import type { AnnotatorId, ProjectId, ReviewerId, TaskId } from '@labelflow/contracts';
 import { z } from 'zod';
-import { keysetPage, TimestampKey, timestampKeySql, unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
+import { keysetPage, keysetQuery, TimestampKey, timestampKeySql, unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { emptyState, type CloseReason, type Review, type ReviewStatus, type ReviewTaskState } from './state';
 
 export interface ReviewRow {
@@ -112,35 +112,20 @@ export interface ReviewListFilter {
  * `project_id = ANY(...)` would instead read every remaining review of those projects and sort them.
  */
 export async function pageReviewRows(db: Queryable, filter: ReviewListFilter): Promise<{ items: ReviewListRow[]; next: ReviewListPosition | null }> {
-  const statuses = typeof filter.status === 'string' ? [filter.status] : filter.status;
-  if ((filter.projectIds !== 'all' && filter.projectIds.length === 0) || statuses?.length === 0) return { items: [], next: null };
-  const values: unknown[] = [];
-  const param = (value: unknown): string => `$${values.push(value)}`;
-  // DISTINCT: a project or status named twice would otherwise return its reviews twice.
-  const partitions: string[] = [];
-  const inner: string[] = [];
-  if (filter.projectIds !== 'all') {
-    partitions.push(`(SELECT DISTINCT project_id FROM unnest(${param(filter.projectIds)}::uuid[]) AS project_id) AS p`);
-    inner.push('reviews.project_id = p.project_id');
-  }
-  if (statuses) {
-    partitions.push(`(SELECT DISTINCT status FROM unnest(${param(statuses)}::text[]) AS status) AS s`);
-    inner.push('reviews.status = s.status');
-  }
-  if (filter.taskId !== undefined) inner.push(`reviews.task_id = ${param(filter.taskId)}`);
-  if (filter.after) {
-    const { openedAt, taskId, attempt } = filter.after;
-    inner.push(`(reviews.opened_at, reviews.task_id, reviews.attempt) > (${param(openedAt)}::timestamptz, ${param(taskId)}::text, ${param(attempt)}::int)`);
-  }
-  const limit = param(filter.limit + 1);
-  const where = inner.length > 0 ? `WHERE ${inner.join(' AND ')}` : '';
-  const range = `SELECT reviews.*, ${timestampKeySql('reviews.opened_at')} AS opened_at_key FROM reviews ${where}
-    ORDER BY reviews.opened_at, reviews.task_id, reviews.attempt LIMIT ${limit}`;
-  const sql =
-    partitions.length === 0
-      ? range
-      : `SELECT r.* FROM ${partitions.join(' CROSS JOIN ')} CROSS JOIN LATERAL (${range}) AS r ORDER BY r.opened_at, r.task_id, r.attempt LIMIT ${limit}`;
-  const { rows } = await db.query<ReviewListRow>(sql, values);
+  const query = keysetQuery({
+    table: 'reviews',
+    select: `${timestampKeySql('reviews.opened_at')} AS opened_at_key`,
+    order: [{ column: 'opened_at', type: 'timestamptz' }, { column: 'task_id', type: 'text' }, { column: 'attempt', type: 'int' }],
+    partitions: [
+      { column: 'project_id', type: 'uuid', values: filter.projectIds === 'all' ? undefined : filter.projectIds },
+      { column: 'status', type: 'text', values: typeof filter.status === 'string' ? [filter.status] : filter.status },
+    ],
+    ...(filter.taskId !== undefined ? { equals: [{ column: 'task_id', value: filter.taskId }] } : {}),
+    ...(filter.after ? { after: [filter.after.openedAt, filter.after.taskId, filter.after.attempt] } : {}),
+    limit: filter.limit,
+  });
+  if (!query) return { items: [], next: null };
+  const { rows } = await db.query<ReviewListRow>(query.text, query.values);
   return keysetPage(rows, filter.limit, (last) => ({ openedAt: last.opened_at_key, taskId: last.task_id, attempt: last.attempt }));
 }
 

@@ -1,6 +1,6 @@
 import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
 import { z } from 'zod';
-import { keysetPage, ServiceKitError, ServiceKitErrors, TimestampKey, timestampKeySql, type Queryable } from '@labelflow/service-kit';
+import { keysetPage, keysetQuery, ServiceKitError, ServiceKitErrors, TimestampKey, timestampKeySql, type Queryable } from '@labelflow/service-kit';
 import type { TaskState, TaskStatus } from './state';
 
 interface TaskRow {
@@ -99,28 +99,19 @@ export interface TaskListFilter {
  * remaining task of those projects and sort them, on every page.
  */
 export async function listTasks(db: Queryable, filter: TaskListFilter): Promise<{ items: TaskRecord[]; next: TaskListPosition | null }> {
-  const statuses = typeof filter.status === 'string' ? [filter.status] : filter.status;
-  if ((filter.projectIds !== 'all' && filter.projectIds.length === 0) || statuses?.length === 0) return { items: [], next: null };
-  const values: unknown[] = [];
-  const param = (value: unknown): string => `$${values.push(value)}`;
-  // DISTINCT: a project or status named twice would otherwise return its tasks twice.
-  const partitions: string[] = [];
-  const inner: string[] = [];
-  if (filter.projectIds !== 'all') {
-    partitions.push(`(SELECT DISTINCT project_id FROM unnest(${param(filter.projectIds)}::uuid[]) AS project_id) AS p`);
-    inner.push('tasks.project_id = p.project_id');
-  }
-  if (statuses) {
-    partitions.push(`(SELECT DISTINCT status FROM unnest(${param(statuses)}::text[]) AS status) AS s`);
-    inner.push('tasks.status = s.status');
-  }
-  if (filter.after) inner.push(`(tasks.created_at, tasks.task_id) > (${param(filter.after.createdAt)}::timestamptz, ${param(filter.after.taskId)}::text)`);
-  const limit = param(filter.limit + 1);
-  const where = inner.length > 0 ? `WHERE ${inner.join(' AND ')}` : '';
-  const range = `SELECT tasks.*, ${timestampKeySql('tasks.created_at')} AS created_at_key FROM tasks ${where} ORDER BY tasks.created_at, tasks.task_id LIMIT ${limit}`;
-  const sql =
-    partitions.length === 0 ? range : `SELECT t.* FROM ${partitions.join(' CROSS JOIN ')} CROSS JOIN LATERAL (${range}) AS t ORDER BY t.created_at, t.task_id LIMIT ${limit}`;
-  const { rows } = await db.query<TaskRow & { created_at_key: string }>(sql, values);
+  const query = keysetQuery({
+    table: 'tasks',
+    select: `${timestampKeySql('tasks.created_at')} AS created_at_key`,
+    order: [{ column: 'created_at', type: 'timestamptz' }, { column: 'task_id', type: 'text' }],
+    partitions: [
+      { column: 'project_id', type: 'uuid', values: filter.projectIds === 'all' ? undefined : filter.projectIds },
+      { column: 'status', type: 'text', values: typeof filter.status === 'string' ? [filter.status] : filter.status },
+    ],
+    ...(filter.after ? { after: [filter.after.createdAt, filter.after.taskId] } : {}),
+    limit: filter.limit,
+  });
+  if (!query) return { items: [], next: null };
+  const { rows } = await db.query<TaskRow & { created_at_key: string }>(query.text, query.values);
   const { items, next } = keysetPage(rows, filter.limit, (last) => ({ createdAt: last.created_at_key, taskId: last.task_id }));
   return { items: items.map(toState), next };
 }
