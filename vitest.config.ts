@@ -5,8 +5,9 @@ const lib = (name: string) => fileURLToPath(new URL(`./libs/${name}/src/index.ts
 const alias = {
   '@labelflow/auditor': fileURLToPath(new URL('./tools/auditor/src/index.ts', import.meta.url)),
   '@labelflow/producer': fileURLToPath(new URL('./tools/producer/src/index.ts', import.meta.url)),
+  '@labelflow/dlq': fileURLToPath(new URL('./tools/dlq/src/index.ts', import.meta.url)),
   ...Object.fromEntries(
-  ['contracts', 'messaging', 'outbox', 'dedup', 'telemetry', 'service-kit', 'testing', 'idgen', 'idempotency', 'auth'].map((n) => [`@labelflow/${n}`, lib(n)])),
+  ['contracts', 'messaging', 'outbox', 'dedup', 'telemetry', 'service-kit', 'testing', 'idgen', 'idempotency', 'auth', 'plumbing'].map((n) => [`@labelflow/${n}`, lib(n)])),
 };
 
 // Three tiers, picked by file suffix: unit (pure, in-memory), int (real Kafka/PostgreSQL/Redis),

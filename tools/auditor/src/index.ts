@@ -1,3 +1,4 @@
+import { listDeadLetters as readDeadLetters } from '@labelflow/dlq';
 import { Kafka, logLevel } from 'kafkajs';
 import { checkInvariants, type AuditOptions } from './invariants';
 import type { AuditReport, DeadLetter } from './report';
@@ -36,35 +37,12 @@ async function listDeadLetters(brokers: readonly string[], topics: readonly stri
   const kafka = new Kafka({ clientId: 'labelflow-auditor', brokers: [...brokers], logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();
-  const existing = new Set(await admin.listTopics());
-  const present = topics.filter((t) => existing.has(t));
-  const ends = new Map<string, number>();
-  // Retention may have deleted the oldest dead letters: what is there runs from low to high.
-  for (const topic of present) for (const p of await admin.fetchTopicOffsets(topic)) ends.set(`${topic}/${p.partition}`, Number(p.high) - Number(p.low));
-  await admin.disconnect();
-  const total = [...ends.values()].reduce((a, b) => a + b, 0);
-  if (total === 0) return [];
+  const existing = new Set(await admin.listTopics().finally(() => admin.disconnect()));
   const found: DeadLetter[] = [];
-  const consumer = kafka.consumer({ groupId: `labelflow-auditor-${Date.now()}-${Math.random().toString(36).slice(2)}` });
-  await consumer.connect();
-  try {
-    for (const topic of present) await consumer.subscribe({ topic, fromBeginning: true });
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`read ${found.length} of ${total} dead letters in 30 s`)), 30_000);
-      void consumer.run({
-        autoCommit: false,
-        eachMessage: async ({ topic, partition, message }) => {
-          const h = (k: string) => message.headers?.[k]?.toString() ?? '';
-          found.push({ topic, partition, offset: message.offset, code: h('dlq-error-code'), message: h('dlq-error-message'), source: `${h('dlq-source-topic')}/${h('dlq-source-partition')}@${h('dlq-source-offset')}` });
-          if (found.length >= total) {
-            clearTimeout(timer);
-            resolve();
-          }
-        },
-      });
-    });
-  } finally {
-    await consumer.disconnect();
+  for (const topic of topics.filter((t) => existing.has(t))) {
+    for (const l of await readDeadLetters(kafka, topic)) {
+      found.push({ topic, partition: l.partition, offset: l.offset, code: l.code, message: l.reason, source: l.source ? `${l.source.topic}/${l.source.partition}@${l.source.offset}` : '' });
+    }
   }
   return found;
 }
