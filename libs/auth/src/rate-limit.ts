@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { boundedRedisCall } from '@labelflow/plumbing';
 
 /**
  * GCRA (the generic cell rate algorithm, a token bucket with one stored number): the key holds the
@@ -62,21 +63,12 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
   return {
     async take(subject) {
       if (!redis) return local(subject);
-      let timer: NodeJS.Timeout | undefined;
       try {
-        const answer = await Promise.race([
-          redis.labelflowGcra(`${options.namespace}:${subject}`, intervalUs, toleranceUs),
-          new Promise<never>((_, reject) => {
-            timer = setTimeout(() => reject(new Error(`redis did not answer within ${timeoutMs} ms`)), timeoutMs);
-          }),
-        ]);
-        const [allowed, waitUs] = answer;
+        const [allowed, waitUs] = await boundedRedisCall('rate limit', redis.labelflowGcra(`${options.namespace}:${subject}`, intervalUs, toleranceUs), timeoutMs);
         return allowed === 1 ? { ok: true } : { ok: false, retryAfterMs: Math.ceil(Number(waitUs) / 1000) };
       } catch (error) {
         options.onFallback?.(error);
         return local(subject);
-      } finally {
-        clearTimeout(timer);
       }
     },
   };

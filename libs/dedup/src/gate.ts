@@ -1,10 +1,13 @@
 import type { Redis } from 'ioredis';
+import { BreakerState, createRedisGuard } from '@labelflow/plumbing';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import { RecentKeys } from './bloom';
-import { BreakerState, CircuitBreaker } from './breaker';
 import { findInInbox, type InboxReader } from './inbox';
 import { formatKey, type DedupKey } from './key';
 import { createRedisTier, RedisVerdict } from './redis-tier';
+
+// Part of the gate's answer (`breakerState`), so callers need not know where the breaker lives.
+export { BreakerState } from '@labelflow/plumbing';
 
 /**
  * What a consumer should do with one message before touching its database: skip a proven
@@ -66,54 +69,30 @@ export function createDedupGate(options: DedupGateOptions): DedupGate {
   const scriptLoads = metrics?.counter('dedup_script_loads_total', 'Lua scripts loaded into Redis (first use or NOSCRIPT)', ['script']);
   breakerGauge?.set(0);
 
-  let probeTimer: NodeJS.Timeout | undefined;
-  let closed = false;
-  const breaker = new CircuitBreaker({
-    ...options.breaker,
-    ...(options.now ? { now: options.now } : {}),
-    onTransition: (from, to) => {
-      transitions?.inc({ to });
-      breakerGauge?.set(to === BreakerState.open ? 1 : to === BreakerState.halfOpen ? 0.5 : 0);
-      log.warn({ from, to }, `redis dedup breaker ${to}`);
-      if (to === BreakerState.open) scheduleProbe();
-    },
-  });
-  // While open, Redis is pinged in the background once per open period, so the breaker closes as
-  // soon as Redis answers again, whether or not messages are flowing. The probe re-arms itself until
-  // the breaker is closed: the timer runs on another clock than the breaker's and may fire a little
-  // before the open period is over, when the breaker still refuses the call.
-  function scheduleProbe(): void {
-    if (closed) return;
-    clearTimeout(probeTimer);
-    probeTimer = setTimeout(() => {
-      void viaRedis('probe', () => tier.ping()).then(() => {
-        if (breaker.current !== BreakerState.closed) scheduleProbe();
-      });
-    }, options.breaker.openMs);
-    probeTimer.unref();
-  }
-  const recent = new RecentKeys(options.bloom);
   const tier = createRedisTier({
     redis,
     doneTtlMs: options.doneTtlMs,
     timeoutMs: options.redisTimeoutMs,
     onScriptLoad: (script) => scriptLoads?.inc({ script }),
   });
-  const redisKey = (k: DedupKey) => `${namespace}:${formatKey(k)}`;
-
-  async function viaRedis<T>(op: string, work: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false }> {
-    if (!breaker.allow()) return { ok: false };
-    try {
-      const value = await work();
-      breaker.success();
-      return { ok: true, value };
-    } catch (error) {
-      breaker.failure();
+  // While open, Redis is pinged in the background once per open period, so the breaker closes as
+  // soon as Redis answers again, whether or not messages are flowing.
+  const guard = createRedisGuard({
+    breaker: options.breaker,
+    ...(options.now ? { now: options.now } : {}),
+    probe: () => tier.ping(),
+    onTransition: (from, to) => {
+      transitions?.inc({ to });
+      breakerGauge?.set(to === BreakerState.open ? 1 : to === BreakerState.halfOpen ? 0.5 : 0);
+      log.warn({ from, to }, `redis dedup breaker ${to}`);
+    },
+    onFailure: (op, error) => {
       redisErrors?.inc({ op });
       log.debug({ err: error, op }, 'redis dedup call failed');
-      return { ok: false };
-    }
-  }
+    },
+  });
+  const recent = new RecentKeys(options.bloom);
+  const redisKey = (k: DedupKey) => `${namespace}:${formatKey(k)}`;
 
   async function viaBloom(keys: readonly DedupKey[]): Promise<Verdict[]> {
     tierChecks?.inc({ tier: 'bloom' }, keys.length);
@@ -138,7 +117,7 @@ export function createDedupGate(options: DedupGateOptions): DedupGate {
   return {
     async check(keys) {
       if (keys.length === 0) return [];
-      const answer = await viaRedis('check', () => tier.check(keys.map(redisKey)));
+      const answer = await guard.call('check', () => tier.check(keys.map(redisKey)));
       if (!answer.ok) return viaBloom(keys);
       tierChecks?.inc({ tier: 'redis' }, keys.length);
       const verdicts = answer.value.map((code): Verdict => (code === RedisVerdict.done ? { kind: 'duplicate', tier: 'redis' } : { kind: 'proceed' }));
@@ -160,17 +139,14 @@ export function createDedupGate(options: DedupGateOptions): DedupGate {
     async committed(keys) {
       if (keys.length === 0) return;
       for (const k of keys) recent.add(formatKey(k));
-      await viaRedis('markDone', () => tier.markDone(keys.map(redisKey)));
+      await guard.call('markDone', () => tier.markDone(keys.map(redisKey)));
     },
     async warm() {
       const keys = await inbox.recentKeys(options.warmWindowMs, options.bloom.capacity);
       for (const k of keys) recent.add(formatKey(k));
       return keys.length;
     },
-    breakerState: () => breaker.current,
-    close: () => {
-      closed = true;
-      clearTimeout(probeTimer);
-    },
+    breakerState: guard.state,
+    close: guard.close,
   };
 }

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Redis } from 'ioredis';
-import { BreakerState } from './breaker';
+import { BreakerState } from '@labelflow/plumbing';
 import { createDedupGate } from './gate';
 import type { InboxReader } from './inbox';
 import { captureLogs } from '@labelflow/testing';

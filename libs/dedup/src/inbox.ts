@@ -1,8 +1,5 @@
+import type { Queryable } from '@labelflow/plumbing';
 import { formatKey, type DedupKey } from './key';
-
-export interface Queryable {
-  query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[]): Promise<{ rows: R[]; rowCount: number | null }>;
-}
 
 /** The authoritative dedup record, for a service's migrations. */
 export const inboxMigrationSql = `

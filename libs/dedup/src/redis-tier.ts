@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
+import { createLuaScripts } from '@labelflow/plumbing';
 import { DedupError, DedupErrors } from './errors';
-import { createLuaScripts } from './lua';
 
 /** What Redis knows of a key: its effect committed (done), or nothing yet (unknown). */
 export const RedisVerdict = { done: 0, unknown: 1 } as const;

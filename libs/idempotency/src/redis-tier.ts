@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { createLuaScripts } from '@labelflow/dedup';
+import { createLuaScripts } from '@labelflow/plumbing';
 import { IdempotencyError, IdempotencyErrors } from './errors';
 import type { StoredResponse } from './store';
 

@@ -1,7 +1,4 @@
-import type pg from 'pg';
-
-/** What repositories take: a pool or a client inside a transaction. */
-export type Queryable = Pick<pg.PoolClient, 'query'>;
+import type { Queryable } from '@labelflow/plumbing';
 
 /**
  * The authoritative record, one row per (scope, key). Services append this to their migrations.

@@ -1,7 +1,5 @@
-/** The slice of a pg client the outbox needs; a pool or a transaction client both fit. */
-export interface Queryable {
-  query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[]): Promise<{ rows: R[]; rowCount: number | null }>;
-}
+/** A pool or a transaction client: the one structural type of @labelflow/plumbing. */
+export type { Queryable } from '@labelflow/plumbing';
 
 export interface PublishedMessage {
   readonly topic: string;

@@ -31,9 +31,11 @@ describe('the service pool', () => {
     try {
       const failed = await withTransaction(pool, async (tx) => {
         const pid = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+        // Listening before the kill: the socket may end before the admin's answer arrives.
+        const ended = new Promise<void>((resolve) => tx.once('end', () => resolve()));
         await admin.query('SELECT pg_terminate_backend($1)', [pid]);
         // pg emits 'error' on this checked-out client as its socket ends; unheard, it kills the process.
-        await new Promise<void>((resolve) => tx.once('end', () => resolve()));
+        await ended;
         return tx.query('SELECT 1');
       }).then(
         () => undefined,

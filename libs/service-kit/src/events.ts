@@ -68,7 +68,7 @@ export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly e
         });
       }
     }
-    await enqueue(tx as Parameters<typeof enqueue>[0], deps.channel, messages);
+    await enqueue(tx, deps.channel, messages);
     return events;
   };
   const emit: Emit = (tx, drafts, causationId) => emitMany(tx, [{ drafts, ...(causationId ? { causationId } : {}) }]);

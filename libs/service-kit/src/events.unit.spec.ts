@@ -5,7 +5,7 @@ import { createEmitter, type EventDraft } from './events';
 /** Records the statements the outbox would run; the emitter's checks are pure logic. */
 const recordingTx = () => {
   const statements: string[] = [];
-  const tx = { query: async (sql: string) => (statements.push(sql), { rows: [], rowCount: 0 }) } as unknown as Queryable;
+  const tx: Queryable = { query: async (sql: string) => (statements.push(sql), { rows: [], rowCount: 0 }) };
   return { tx, statements };
 };
 const { emit } = createEmitter({ producer: 'task-svc', topicPrefix: 'lf', channel: 'outbox', now: () => new Date('2026-01-01T00:00:00Z'), newId: () => '7391122347129815040' });

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import type { Queryable } from '@labelflow/plumbing';
 
 /** What the auditor reads from each service's own database (read-only, plain rows). */
 export interface Snapshot {
@@ -12,10 +13,8 @@ export interface Snapshot {
   readonly unpublished: readonly { service: string; id: string; eventType: string; createdAt: Date }[];
 }
 
-/** pg's `query(text)`: a `pg.Client`, a `pg.PoolClient` and a `pg.Pool` all have it. */
-export interface Queryable {
-  query(text: string): Promise<{ readonly rows: readonly unknown[] }>;
-}
+/** pg's `query`: a `pg.Client`, a `pg.PoolClient` and a `pg.Pool` all have it. */
+export type { Queryable };
 
 /** A connection a pool lent, given back when the database has been read. */
 interface Connection extends Queryable {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { BreakerState, CircuitBreaker } from './breaker';
+import { PlumbingErrors } from './errors';
 
 const setup = () => {
   let now = 0;
@@ -8,7 +9,7 @@ const setup = () => {
   return { breaker, transitions, advance: (ms: number) => (now += ms) };
 };
 
-describe('the Redis circuit breaker', () => {
+describe('the circuit breaker', () => {
   it('stays closed below the failure threshold and a success resets the count', () => {
     const { breaker } = setup();
     breaker.failure();
@@ -51,5 +52,10 @@ describe('the Redis circuit breaker', () => {
     expect(breaker.allow()).toBe(false);
     advance(500);
     expect(breaker.allow()).toBe(true);
+  });
+
+  it('refuses a threshold or an open period that is not a positive integer', () => {
+    expect(() => new CircuitBreaker({ failureThreshold: 0, openMs: 1_000 })).toThrow(expect.objectContaining({ code: PlumbingErrors.CONFIG_INVALID }));
+    expect(() => new CircuitBreaker({ failureThreshold: 3, openMs: 1.5 })).toThrow(expect.objectContaining({ code: PlumbingErrors.CONFIG_INVALID }));
   });
 });

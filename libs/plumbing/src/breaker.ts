@@ -1,3 +1,5 @@
+import { requirePositiveInteger } from './errors';
+
 export const BreakerState = { closed: 'closed', open: 'open', halfOpen: 'half_open' } as const;
 export type BreakerState = (typeof BreakerState)[keyof typeof BreakerState];
 
@@ -11,9 +13,9 @@ export interface BreakerOptions {
 }
 
 /**
- * A circuit breaker for the Redis tier: while open, callers skip Redis entirely (and use the Bloom
- * fallback) instead of paying a timeout per message. After `openMs` a single probe is allowed; its
- * success closes the breaker, its failure opens it again.
+ * A circuit breaker in front of a dependency that may fail or stall (Redis): while open, callers
+ * skip it entirely and use their fallback instead of paying a timeout per call. After `openMs` a
+ * single probe is allowed; its success closes the breaker, its failure opens it again.
  */
 export class CircuitBreaker {
   private state: BreakerState = BreakerState.closed;
@@ -23,6 +25,8 @@ export class CircuitBreaker {
   private readonly now: () => number;
 
   constructor(private readonly options: BreakerOptions) {
+    requirePositiveInteger('breaker failureThreshold', options.failureThreshold);
+    requirePositiveInteger('breaker openMs', options.openMs);
     this.now = options.now ?? Date.now;
   }
 
@@ -30,7 +34,7 @@ export class CircuitBreaker {
     return this.state;
   }
 
-  /** True when a call may go to Redis now; in half-open, only one probe at a time. */
+  /** True when a call may go through now; in half-open, only one probe at a time. */
   allow(): boolean {
     if (this.state === BreakerState.closed) return true;
     if (this.state === BreakerState.open && this.now() - this.openedAt >= this.options.openMs) this.transition(BreakerState.halfOpen);

@@ -1,0 +1,63 @@
+import type pg from 'pg';
+import { withTransaction } from '@labelflow/plumbing';
+import type { IdempotentCommand } from './options';
+import { asStored } from './problem';
+import { claimIdempotencyKey, completeIdempotencyKey, type IdempotencyRecord, type StoredResponse } from './store';
+
+/** The claim waited out its lock timeout: another request holds the key. */
+export class ClaimTimedOut extends Error {
+  constructor(cause: unknown) {
+    super('the idempotency key stayed locked by another request', { cause });
+  }
+}
+
+const isLockTimeout = (error: unknown) => (error as { code?: string }).code === '55P03';
+
+/** The (scope, key) a keyed command claims, and how long it may wait for another holder of it. */
+export interface KeyClaim {
+  readonly scope: string;
+  readonly key: string;
+  readonly fingerprint: string;
+  readonly now: Date;
+  readonly expiresAt: Date;
+  /** The transaction's lock timeout: the wait for a concurrent request with the same key. */
+  readonly waitMs: number;
+}
+
+export type KeyedRun = { readonly kind: 'existing'; readonly existing: IdempotencyRecord } | { readonly kind: 'ran'; readonly result: StoredResponse };
+
+type TransactionBody = <T>(fn: () => Promise<T>) => Promise<T>;
+
+// Nothing of a command that answered ≥ 500 persists: like a throw, it is rolled back.
+const committable = (result: StoredResponse) => result.status < 500;
+
+/** The command in a plain transaction, with nothing stored: a route where the key is optional and none came. */
+export function runUnkeyed(pool: pg.Pool, command: IdempotentCommand, body: TransactionBody): Promise<StoredResponse> {
+  return withTransaction(pool, async (tx) => asStored(await body(() => command(tx, undefined))), { commitIf: committable });
+}
+
+/**
+ * Claim, command and stored response in one transaction, so they commit together or not at all.
+ * A key another request already completed answers `existing` (and rolls back the claim attempt);
+ * a key another request still holds past `waitMs` throws ClaimTimedOut. The lock timeout also
+ * bounds, as a safety net, any lock the command itself waits for: it then fails as transient.
+ */
+export function runKeyed(pool: pg.Pool, command: IdempotentCommand, body: TransactionBody, claim: KeyClaim): Promise<KeyedRun> {
+  return withTransaction<KeyedRun>(
+    pool,
+    async (tx) => {
+      let found: IdempotencyRecord | undefined;
+      try {
+        const claimed = await claimIdempotencyKey(tx, claim);
+        found = claimed.claimed ? undefined : claimed.record;
+      } catch (error) {
+        throw isLockTimeout(error) ? new ClaimTimedOut(error) : error;
+      }
+      if (found) return { kind: 'existing', existing: found };
+      const result = asStored(await body(() => command(tx, claim.key)));
+      if (committable(result)) await completeIdempotencyKey(tx, claim.scope, claim.key, result);
+      return { kind: 'ran', result };
+    },
+    { lockTimeoutMs: Math.max(1, Math.floor(claim.waitMs)), commitIf: (run) => run.kind === 'ran' && committable(run.result) },
+  );
+}

@@ -1,0 +1,110 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createTestDatabase, createTestPool, uniqueName } from '@labelflow/testing';
+import { PlumbingErrors } from './errors';
+import { isTransientDbError } from './transient';
+import { refuseNestedConnections, withTransaction } from './transaction';
+
+const infra = inject('infra');
+
+describe('withTransaction on a real PostgreSQL', () => {
+  let url: string;
+  let pool: pg.Pool;
+  let drop: () => Promise<void>;
+  beforeAll(async () => {
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('tx'));
+    url = db.url;
+    drop = db.drop;
+    pool = refuseNestedConnections(createTestPool(db.url, 3));
+    await pool.query('CREATE TABLE items (id text PRIMARY KEY)');
+  });
+  afterAll(async () => {
+    await pool?.end();
+    await drop?.();
+  });
+
+  const ids = async () => (await pool.query<{ id: string }>('SELECT id FROM items ORDER BY id')).rows.map((r) => r.id);
+  const insert = (id: string) => (tx: pg.PoolClient) => tx.query('INSERT INTO items (id) VALUES ($1)', [id]);
+
+  it('commits what the body wrote and returns what it returned', async () => {
+    const answer = await withTransaction(pool, async (tx) => (await insert('a')(tx), 'done'));
+    expect(answer).toBe('done');
+    expect(await ids()).toContain('a');
+  });
+
+  it('rolls back everything when the body throws, and rethrows the error', async () => {
+    const boom = new Error('boom');
+    await expect(withTransaction(pool, async (tx) => (await insert('b')(tx), Promise.reject(boom)))).rejects.toBe(boom);
+    expect(await ids()).not.toContain('b');
+  });
+
+  it('rolls back without throwing when commitIf says no, and still returns the result', async () => {
+    const result = await withTransaction(pool, async (tx) => (await insert('c')(tx), { status: 503 }), { commitIf: (r) => r.status < 500 });
+    expect(result).toEqual({ status: 503 });
+    expect(await ids()).not.toContain('c');
+  });
+
+  it('bounds a lock wait inside the transaction by lockTimeoutMs, and only inside it', async () => {
+    const holder = new pg.Client({ connectionString: url });
+    await holder.connect();
+    try {
+      await holder.query("BEGIN; INSERT INTO items (id) VALUES ('held')");
+      const started = Date.now();
+      const failed = await withTransaction(pool, insert('held'), { lockTimeoutMs: 100 }).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(failed).toMatchObject({ code: '55P03' });
+      expect(Date.now() - started).toBeLessThan(5_000);
+      // SET LOCAL ends with the transaction: the next one on the same pool waits as long as it must.
+      const waiting = withTransaction(pool, async (tx) => (await tx.query<{ timeout: string }>("SELECT current_setting('lock_timeout') AS timeout")).rows[0]?.timeout);
+      await expect(waiting).resolves.toBe('0');
+      await holder.query('ROLLBACK');
+    } finally {
+      await holder.end();
+    }
+  });
+
+  it('refuses a lock timeout that is not a positive integer before touching the pool', async () => {
+    await expect(withTransaction(pool, async () => 1, { lockTimeoutMs: 0 })).rejects.toMatchObject({ code: PlumbingErrors.CONFIG_INVALID });
+  });
+
+  it('refuses a second pool connection from inside the body, so pool starvation shows in every test', async () => {
+    await expect(withTransaction(pool, async () => pool.query('SELECT 1'))).rejects.toMatchObject({ code: PlumbingErrors.NESTED_CONNECTION });
+    expect((await pool.query<{ one: number }>('SELECT 1 AS one')).rows[0]?.one).toBe(1);
+  });
+
+  it('keeps a connection that failed on a lock but discards one the database dropped, and the pool serves again', async () => {
+    const holder = new pg.Client({ connectionString: url });
+    await holder.connect();
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    try {
+      const pidOf = async (tx: pg.PoolClient) => (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+      await withTransaction(pool, pidOf);
+      const total = pool.totalCount;
+      await holder.query("BEGIN; INSERT INTO items (id) VALUES ('kept')");
+      await expect(withTransaction(pool, insert('kept'), { lockTimeoutMs: 50 })).rejects.toMatchObject({ code: '55P03' });
+      await holder.query('ROLLBACK');
+      // A statement that failed leaves a healthy connection: it rolled back and went back to the pool.
+      expect(pool.totalCount).toBe(total);
+
+      const dropped = await withTransaction(pool, async (tx) => {
+        // Listening before the kill: the socket may end before the admin's answer arrives.
+        const ended = new Promise<void>((resolve) => tx.once('end', () => resolve()));
+        await admin.query('SELECT pg_terminate_backend($1)', [await pidOf(tx)]);
+        await ended;
+        return tx.query('SELECT 1');
+      }).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(isTransientDbError(dropped)).toBe(true);
+      expect(pool.totalCount).toBe(total - 1);
+      expect((await pool.query<{ three: number }>('SELECT 3 AS three')).rows[0]?.three).toBe(3);
+    } finally {
+      await holder.end();
+      await admin.end();
+    }
+  });
+});

@@ -1,0 +1,87 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type pg from 'pg';
+import { PlumbingError, PlumbingErrors, requirePositiveInteger } from './errors';
+
+/** Set while a transaction body runs: the code inside must use its client, never the pool. */
+const inTransaction = new AsyncLocalStorage<true>();
+
+/**
+ * Runs `fn` as the body of a transaction. On a pool passed through `refuseNestedConnections`,
+ * asking for a connection from inside it fails at once: a request that holds one connection while
+ * waiting for a second starves the pool as soon as enough of them run together, which no test sees
+ * until the load is high.
+ */
+export const asTransactionBody = <T>(fn: () => Promise<T>): Promise<T> => inTransaction.run(true, fn);
+
+/**
+ * Makes `pool.connect` (and so `pool.query`) fail with NESTED_CONNECTION when called inside a
+ * transaction body, with a promise or a callback as the caller used it. Returns the same pool.
+ */
+export function refuseNestedConnections(pool: pg.Pool): pg.Pool {
+  const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
+  pool.connect = ((...args: unknown[]) => {
+    if (inTransaction.getStore()) {
+      const error = new PlumbingError(PlumbingErrors.NESTED_CONNECTION, 'a second pool connection was requested inside a transaction: use the transaction client');
+      if (typeof args[0] === 'function') return void (args[0] as (e: Error) => void)(error);
+      return Promise.reject(error);
+    }
+    return (connect as (...a: unknown[]) => unknown)(...args);
+  }) as typeof pool.connect;
+  return pool;
+}
+
+/** Marks a client that already has its error listener, whoever added it. */
+const LISTENED = Symbol.for('labelflow.plumbing.client-error-listener');
+
+/**
+ * pg-pool drops its idle error listener on checkout, and pg emits 'error' when a checked-out
+ * client's connection ends (a restart, a failover, pg_terminate_backend): unheard, that kills the
+ * process. The query in flight rejects with the cause, which is what the caller acts on.
+ */
+function listenForConnectionErrors(client: pg.PoolClient): void {
+  const marked = client as pg.PoolClient & { [LISTENED]?: true };
+  if (marked[LISTENED]) return;
+  marked[LISTENED] = true;
+  client.on('error', () => undefined);
+}
+
+export interface TransactionOptions<T> {
+  /**
+   * `SET LOCAL lock_timeout`, sent with `BEGIN` in the same round trip: every lock wait inside the
+   * transaction fails with SQLSTATE 55P03 after this many ms instead of waiting for the holder.
+   */
+  readonly lockTimeoutMs?: number;
+  /**
+   * Whether to commit what the body returned. `false` rolls back and still returns the result, for
+   * outcomes that are answers rather than errors (a duplicate found, a 5xx the caller sends).
+   * Default: always commit.
+   */
+  readonly commitIf?: (result: T) => boolean;
+}
+
+/**
+ * Runs `fn` in one transaction on a client of `pool`: BEGIN, the body (as a transaction body, see
+ * `asTransactionBody`), then COMMIT, or ROLLBACK when it throws (rethrown) or `commitIf` says no.
+ * The client goes back to the pool, unless even the ROLLBACK failed: a connection that cannot roll
+ * back is broken and is discarded, not handed to the next caller.
+ */
+export async function withTransaction<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>, options: TransactionOptions<T> = {}): Promise<T> {
+  const { lockTimeoutMs, commitIf } = options;
+  if (lockTimeoutMs !== undefined) requirePositiveInteger('lockTimeoutMs', lockTimeoutMs);
+  const client = await pool.connect();
+  listenForConnectionErrors(client);
+  let broken: Error | undefined;
+  try {
+    await client.query(lockTimeoutMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL lock_timeout = ${lockTimeoutMs}`);
+    const result = await asTransactionBody(() => fn(client));
+    await client.query(commitIf && !commitIf(result) ? 'ROLLBACK' : 'COMMIT');
+    return result;
+  } catch (error) {
+    await client.query('ROLLBACK').catch((rollbackError: unknown) => {
+      broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+    });
+    throw error;
+  } finally {
+    client.release(broken);
+  }
+}

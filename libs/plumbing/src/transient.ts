@@ -1,0 +1,21 @@
+/**
+ * SQLSTATEs where the database, not the statement, is the problem: the same work succeeds once it
+ * recovers. Classes 08 (connection), 53 (insufficient resources: disk full, out of memory, too
+ * many connections) and 58 (system I/O), plus serialization failures, deadlocks, a lock timeout and
+ * operator intervention.
+ */
+const TRANSIENT_SQLSTATE = /^(08|53|58)...$|^(40001|40P01|55P03|57P01|57P02|57P03|57P05)$/;
+/** Node's network errors, by code: a database host that is restarting or briefly unresolvable (a compose service being recreated) is not a bad message. */
+const TRANSIENT_NET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED']);
+
+/**
+ * True for errors where the same statement may succeed later. Consumers retry these without limit
+ * instead of dead-lettering: an outage of the database must never cost a good event.
+ */
+export function isTransientDbError(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  if (typeof code === 'string' && (TRANSIENT_SQLSTATE.test(code) || TRANSIENT_NET_CODES.has(code))) return true;
+  if (typeof message !== 'string') return false;
+  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(message);
+}
