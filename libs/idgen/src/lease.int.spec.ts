@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
 import { createTestDatabase, uniqueName, createTestPool } from '@labelflow/testing';
 import { createSnowflake, createWorkerLease, ensureIdgenSchema, IdgenErrors, parseSnowflake } from './index';
-import { runTsxScript } from './testing/spawn-tsx';
+import { runTsxScript } from '../test-support/spawn-tsx';
 
 const infra = inject('infra');
 

@@ -5,7 +5,7 @@
 // Usage: node --import tsx segment-worker.ts <dbUrl> <scope> <count> <segmentSize> <concurrency> <outFile> [peers]
 import { writeFile } from 'node:fs/promises';
 import pg from 'pg';
-import { createSegmentAllocator } from '../segments';
+import { createSegmentAllocator } from '../src/segments';
 
 const [dbUrl, scope, countArg, sizeArg, concurrencyArg, outFile, peersArg = '1'] = process.argv.slice(2);
 if (!dbUrl || !scope || !countArg || !sizeArg || !concurrencyArg || !outFile) throw new Error('usage: segment-worker <dbUrl> <scope> <count> <segmentSize> <concurrency> <outFile>');

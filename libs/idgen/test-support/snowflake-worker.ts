@@ -5,8 +5,8 @@
 // Usage: node --import tsx snowflake-worker.ts <dbUrl> <namespace> <count> <outFile> [peers]
 import { writeFile } from 'node:fs/promises';
 import pg from 'pg';
-import { createSnowflake } from '../snowflake';
-import { createWorkerLease } from '../lease';
+import { createSnowflake } from '../src/snowflake';
+import { createWorkerLease } from '../src/lease';
 
 const [dbUrl, namespace, countArg, outFile, peersArg = '1'] = process.argv.slice(2);
 if (!dbUrl || !namespace || !countArg || !outFile) throw new Error('usage: snowflake-worker <dbUrl> <namespace> <count> <outFile>');

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-const repoRoot = fileURLToPath(new URL('../../../../', import.meta.url));
+const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
 
 /** Runs one of this folder's scripts in a child Node process (TypeScript via tsx); resolves with its stdout. */
 export function runTsxScript(script: string, args: readonly string[], { timeoutMs = 60_000 } = {}): Promise<string> {
