@@ -6,7 +6,7 @@ export * from './http';
 export * from './auth';
 export * from './lifecycle';
 export * from './events';
-export * from './runtime';
+export * from './runtime/index';
 export * from './decider';
 export * from './consume';
 export * from './sweeper';

@@ -1,0 +1,49 @@
+import type { FastifyInstance } from 'fastify';
+import type { ServiceName } from '@labelflow/contracts';
+import type { Logger, Metrics } from '@labelflow/telemetry';
+import type { BaseConfig } from '../config';
+import type { EventConsumer } from '../consume';
+import type { Pool } from '../db';
+import type { Emit } from '../events';
+import type { Migration } from '../migrations';
+import type { TaskSignals } from '../signals';
+import type { Sweeper } from '../sweeper';
+
+export interface ServiceContext<C extends BaseConfig = BaseConfig> {
+  readonly name: ServiceName;
+  readonly config: C;
+  readonly logger: Logger;
+  readonly metrics: Metrics;
+  readonly pool: Pool;
+  readonly now: () => Date;
+  /** A new 64-bit time-ordered id for tasks and events (see IdSource). */
+  readonly nextId: () => Promise<string>;
+  /** A random UUID, for resources that are not tasks (projects). */
+  readonly newUuid: () => string;
+  /** Stamps drafts and appends them to the outbox inside `tx`. */
+  readonly emit: Emit;
+  /** Task-change signals across this service's instances: requests wait on them (Prefer: wait). */
+  readonly signals: TaskSignals;
+}
+
+/** One capability of a service: how it reacts to events, its HTTP routes and its deadlines. */
+export interface Capability<C extends BaseConfig = BaseConfig> {
+  /** How it reacts to consumed events (see `eventConsumer`); applied by the exactly-once shell. */
+  readonly consumes?: EventConsumer<ServiceContext<C>>;
+  readonly routes?: (app: FastifyInstance, ctx: ServiceContext<C>) => void;
+  readonly sweepers?: (ctx: ServiceContext<C>) => readonly Sweeper[];
+}
+
+export interface ServiceDefinition<C extends BaseConfig = BaseConfig> {
+  readonly name: ServiceName;
+  readonly migrations: readonly Migration[];
+  readonly capabilities: readonly Capability<C>[];
+  /**
+   * Confirm Redis's "already done" against the inbox before skipping an event (one query per
+   * batch): for services whose every effect moves money, so a marker planted in Redis cannot make
+   * them skip a debit or a refund.
+   */
+  readonly confirmDedupInInbox?: boolean;
+}
+
+export const deadLetterTopic = (prefix: string, service: ServiceName): string => `${prefix}.${service}.dlq`;

@@ -1,0 +1,3 @@
+export * from './definition';
+export * from './build';
+export * from './listen';

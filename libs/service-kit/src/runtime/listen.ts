@@ -1,0 +1,63 @@
+import { pruneInbox } from '@labelflow/dedup';
+import { pruneIdempotencyKeys } from '@labelflow/idempotency';
+import type { Logger } from '@labelflow/telemetry';
+import type { BaseConfig } from '../config';
+import type { Lifecycle } from '../lifecycle';
+import { startSweeper } from '../sweeper';
+import { buildService, type BuildDeps, type BuiltService } from './build';
+import type { ServiceDefinition } from './definition';
+import { closeHttpFirst } from './wire-http';
+
+export interface RunningService<C extends BaseConfig = BaseConfig> extends BuiltService<C> {
+  /** Where the HTTP API listens. */
+  readonly url: string;
+}
+
+/**
+ * Starts a built service: the outbox relay, the background prunes, the consumer, then the
+ * sweepers, and last the HTTP listener, so `/readyz` answers only once all of it runs. A failed
+ * start closes the whole service.
+ */
+export async function listen<C extends BaseConfig>(built: BuiltService<C>): Promise<RunningService<C>> {
+  try {
+    return await startBuilt(built);
+  } catch (error) {
+    await built.lifecycle.close();
+    throw error;
+  }
+}
+
+/** Builds and starts a service, as each `main.ts` does. */
+export async function startService<C extends BaseConfig>(definition: ServiceDefinition<C>, config: C, deps: BuildDeps = {}): Promise<RunningService<C>> {
+  return listen(await buildService(definition, config, deps));
+}
+
+async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise<RunningService<C>> {
+  const { app, ctx, lifecycle, relay, consumer, consumedTopics } = built;
+  const { config, logger, pool } = ctx;
+  relay.start();
+  schedule(lifecycle, 'inbox-prune', 3600_000, async () => {
+    const pruned = await pruneInbox(pool, config.DEDUP_INBOX_RETENTION_MS);
+    if (pruned > 0) logger.info({ pruned }, 'old inbox rows pruned');
+  }, logger);
+  if (consumedTopics.length > 0) await consumer.start();
+  // After the consumer: deadlines are judged only on events it has caught up with.
+  const caughtUpTo = consumedTopics.length > 0 ? () => consumer.caughtUpTo() : undefined;
+  for (const sweeper of built.sweepers) {
+    startSweeper(sweeper, { pool, emit: ctx.emit, logger, metrics: ctx.metrics, now: ctx.now, ...(caughtUpTo ? { caughtUpTo } : {}), everyMs: config.SWEEP_INTERVAL_MS }, lifecycle);
+  }
+  schedule(lifecycle, 'idempotency-prune', 3600_000, async () => void (await pruneIdempotencyKeys(pool)), logger);
+  const url = await app.listen({ port: config.PORT, host: config.HOST });
+  closeHttpFirst(lifecycle, app, ctx.signals);
+  logger.info({ url, topics: consumedTopics }, `${ctx.name} listening`);
+  return { ...built, url };
+}
+
+/** Runs `job` now and every `everyMs` until the service closes; a failed run is logged, not fatal. */
+function schedule(lifecycle: Lifecycle, name: string, everyMs: number, job: () => Promise<void>, logger: Logger): void {
+  const run = () => job().catch((error: Error) => logger.warn({ err: error, job: name }, 'scheduled job failed'));
+  void run();
+  const timer = setInterval(run, everyMs);
+  timer.unref();
+  lifecycle.onClose(name, async () => clearInterval(timer));
+}

@@ -1,0 +1,66 @@
+import { Redis } from 'ioredis';
+import { TopicSchemas, topicName, type ServiceName, type TopicKey } from '@labelflow/contracts';
+import { createKafka, ensureTopics, type Kafka } from '@labelflow/messaging';
+import type { Logger } from '@labelflow/telemetry';
+import type { BaseConfig } from '../config';
+import { createPool, ensureDatabase, type Pool } from '../db';
+import { createIdSource, type IdSource } from '../ids';
+import { kafkaSecurity } from '../kafka-security';
+import type { Lifecycle } from '../lifecycle';
+import { migrate, type Migration } from '../migrations';
+import { deadLetterTopic } from './definition';
+
+// The first steps of building a service: each opens one outside resource and registers its close
+// with the lifecycle right away, so a later step that fails still closes what came before.
+
+/** The service's own database, created if missing. */
+export async function openPostgres(config: BaseConfig, lifecycle: Lifecycle): Promise<Pool> {
+  await ensureDatabase(config.DATABASE_URL);
+  const pool = createPool(config.DATABASE_URL);
+  lifecycle.onClose('postgres', () => pool.end());
+  return pool;
+}
+
+/** Brings the schema up to date before anything reads or writes it. */
+export async function migrateDatabase(pool: Pool, migrations: readonly Migration[], logger: Logger): Promise<void> {
+  const applied = await migrate(pool, migrations);
+  if (applied.length > 0) logger.info({ applied }, 'migrations applied');
+}
+
+/** Redis for the dedup tier, Idempotency-Key fast path and rate limits; a service starts without it. */
+export async function openRedis(config: BaseConfig, logger: Logger, lifecycle: Lifecycle): Promise<Redis> {
+  // Commands fail fast while Redis is away (the dedup breaker takes over); reconnects stay frequent
+  // so recovery is noticed within a second.
+  const redis = new Redis(config.REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: (times) => Math.min(times * 50, 500) });
+  redis.on('error', () => undefined);
+  lifecycle.onClose('redis', async () => void redis.disconnect());
+  await redis.connect().catch((error: Error) => logger.warn({ err: error }, 'redis not reachable at start'));
+  return redis;
+}
+
+export interface KafkaResources {
+  readonly kafka: Kafka;
+  /** Connected: `/readyz` asks it whether the cluster answers. */
+  readonly admin: ReturnType<Kafka['admin']>;
+  /** This service's dead-letter topic. */
+  readonly deadLetterTopic: string;
+}
+
+/** The Kafka client, every event topic and this service's DLQ (created if missing), and an admin for readiness. */
+export async function openKafka(name: ServiceName, config: BaseConfig, logger: Logger, lifecycle: Lifecycle): Promise<KafkaResources> {
+  const kafka = createKafka({ brokers: config.KAFKA_BROKERS, clientId: name, logger, ...kafkaSecurity(config) });
+  const allTopics = (Object.keys(TopicSchemas) as TopicKey[]).map((k) => topicName(config.KAFKA_TOPIC_PREFIX, k));
+  const dlq = deadLetterTopic(config.KAFKA_TOPIC_PREFIX, name);
+  await ensureTopics(kafka, [...allTopics, dlq], config.KAFKA_TOPIC_PARTITIONS);
+  const admin = kafka.admin();
+  await admin.connect();
+  lifecycle.onClose('kafka-admin', () => admin.disconnect());
+  return { kafka, admin, deadLetterTopic: dlq };
+}
+
+/** A Snowflake worker id leased in the database: no two live processes issue the same ids. */
+export async function leaseIds(pool: Pool, name: ServiceName, logger: Logger, lifecycle: Lifecycle): Promise<IdSource> {
+  const ids = await createIdSource({ pool, service: name, logger });
+  lifecycle.onClose('id-source', () => ids.close());
+  return ids;
+}
