@@ -40,8 +40,14 @@ export type ReviewerId = z.infer<typeof ReviewerId>;
 export const Attempt = z.number().int().min(1).max(1_000_000);
 export type Attempt = z.infer<typeof Attempt>;
 
+/**
+ * The largest amount any balance may hold: the CHECK on every money column, and the last integer a
+ * JS number holds exactly.
+ */
+export const MAX_AMOUNT = Number.MAX_SAFE_INTEGER;
+
 /** Money is always integer minor units (cents): floats drift and break hashing and sums. */
-export const Money = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+export const Money = z.number().int().min(0).max(MAX_AMOUNT);
 export type Money = z.infer<typeof Money>;
 
 // NUL, and a UTF-16 surrogate without its pair, cannot be stored: PostgreSQL rejects them in text

@@ -1,4 +1,4 @@
-import type { DomainEvent, EventOf, EventType } from '@labelflow/contracts';
+import type { DomainEvent, EventOf, EventType, TaskId } from '@labelflow/contracts';
 import { formatKey, recordManyInInbox, type DedupGate, type DedupKey } from '@labelflow/dedup';
 import type { BatchProcessor, Delivery, DeliveryOutcome } from '@labelflow/messaging';
 import { currentTraceHeaders, withSpan } from '@labelflow/telemetry';
@@ -11,9 +11,9 @@ import type { DraftGroup, EmitMany, EventDraft } from './events';
  * batch opens, changed event by event in memory, written together at the end.
  */
 export interface StateBatch<S> {
-  get(taskId: string): Promise<S>;
+  get(taskId: TaskId): Promise<S>;
   /** The state after one event; `previous` is what `get` returned before it. */
-  set(taskId: string, previous: S, next: S): Promise<void>;
+  set(taskId: TaskId, previous: S, next: S): Promise<void>;
   /** Writes everything that changed, with as few statements as the store can. */
   save(): Promise<void>;
 }
@@ -59,7 +59,7 @@ export function eventConsumer<S, X>(store: BatchStore<S>, on: EventHandlers<S, X
   };
 }
 
-export const sortedTaskIds = (events: readonly { readonly taskId: string }[]): string[] => [...new Set(events.map((e) => e.taskId))].sort();
+export const sortedTaskIds = <K extends string>(events: readonly { readonly taskId: K }[]): K[] => [...new Set(events.map((e) => e.taskId))].sort();
 
 /**
  * A batch store whose states are loaded with one query per table and written with one statement
@@ -67,7 +67,7 @@ export const sortedTaskIds = (events: readonly { readonly taskId: string }[]): s
  * loaded and as it ended after the batch.
  */
 export function preloadedStore<S>(deps: {
-  readonly loadMany: (tx: PoolClient, taskIds: readonly string[], events: readonly DomainEvent[]) => Promise<ReadonlyMap<string, S>>;
+  readonly loadMany: (tx: PoolClient, taskIds: readonly TaskId[], events: readonly DomainEvent[]) => Promise<ReadonlyMap<string, S>>;
   readonly saveMany: (tx: PoolClient, changes: readonly { readonly before: S; readonly after: S }[]) => Promise<void>;
 }): BatchStore<S> {
   return {

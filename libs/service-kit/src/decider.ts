@@ -16,15 +16,16 @@ export interface Decider<S, C, E, Emitted extends E = E, R extends Rejection = R
 
 /**
  * Loads and saves a decider's state; `save` compares against `previous` (compare-and-set) and throws
- * `ServiceKitError(CONCURRENT_UPDATE)` when the comparison fails.
+ * `ServiceKitError(CONCURRENT_UPDATE)` when the comparison fails. `K` is the key's type, so a store
+ * of tasks takes a TaskId and a store of projects a ProjectId, never a bare string to cast.
  *
  * `conflictRetries` lets `execute` decide again after such a conflict, up to that many times. Set it
  * only when `save` throws the conflict before it has written anything: the retry runs in the same
  * transaction, and a half-written save would be read back as if it were the winner's state. A store
  * that locks its rows at `load` (SELECT ... FOR UPDATE) has no conflicts to retry and leaves it out.
  */
-export interface StateStore<S> {
-  load(tx: PoolClient, key: string): Promise<S>;
+export interface StateStore<S, K extends string = string> {
+  load(tx: PoolClient, key: K): Promise<S>;
   save(tx: PoolClient, previous: S, next: S): Promise<void>;
   readonly conflictRetries?: number;
 }
@@ -41,6 +42,19 @@ export function fold<S, C, E, Emitted extends E, R extends Rejection>(decider: D
   return { ok: true, state: [...observed, ...decision.events].reduce(decider.evolve, state), events: decision.events };
 }
 
+/** The event a command union's `Observe` member carries: what its service observes of the others. */
+export type ObservedBy<C> = C extends { readonly type: 'Observe'; readonly event: infer O } ? O : never;
+
+/**
+ * The reaction to an event the service observes, the same in every service: the decider decides
+ * `{ type: 'Observe', event }` and, when it accepts, the event is folded in before the decided ones
+ * (it is a fact the state keeps: the tombstones later events are checked against).
+ */
+export function observer<S, C, E, Emitted extends E, R extends Rejection>(decider: Decider<S, C, E, Emitted, R>): (event: ObservedBy<C> & E, state: S) => Executed<S, Emitted, R> {
+  // The command is C's Observe member, as ObservedBy<C> guarantees; TS cannot follow a conditional type back to C.
+  return (event, state) => fold(decider, state, { type: 'Observe', event } as C, [event]);
+}
+
 const isConflict = (error: unknown) => error instanceof ServiceKitError && error.code === ServiceKitErrors.CONCURRENT_UPDATE;
 
 /**
@@ -54,10 +68,10 @@ const isConflict = (error: unknown) => error instanceof ServiceKitError && error
  * raced a consumer's update simply applies on top of it. Only a row that keeps changing under us
  * (more than the store's `conflictRetries` times) surfaces as CONCURRENT_UPDATE.
  */
-export async function execute<S, C, E, Emitted extends E, R extends Rejection>(
+export async function execute<S, C, E, Emitted extends E, R extends Rejection, K extends string>(
   tx: PoolClient,
-  deps: { readonly decider: Decider<S, C, E, Emitted, R>; readonly store: StateStore<S> },
-  key: string,
+  deps: { readonly decider: Decider<S, C, E, Emitted, R>; readonly store: StateStore<S, K> },
+  key: K,
   command: C,
   observed: readonly E[] = [],
 ): Promise<Executed<S, Emitted, R>> {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { PoolClient } from './db';
-import { execute, type Decision, type StateStore } from './decider';
+import { execute, observer, type Decision, type StateStore } from './decider';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
 interface Counter {
@@ -141,5 +141,29 @@ describe('service-kit: execute', () => {
 
     await expect(execute(tx, { decider, store }, 'k', { type: 'Add', by: 1 })).rejects.toThrow('disk full');
     expect(saves).toBe(1);
+  });
+});
+
+describe('service-kit: observer', () => {
+  /** Observes another service's deposits: a deposit of 0 is refused, any other is doubled by a bonus. */
+  type Deposited = { readonly type: 'Deposited'; readonly amount: number };
+  type Bonus = { readonly type: 'Bonus'; readonly amount: number };
+  const bank = {
+    decide(command: { readonly type: 'Observe'; readonly event: Deposited } | { readonly type: 'Close' }, _state: Counter): Decision<Bonus> {
+      if (command.type === 'Close' || command.event.amount === 0) return { ok: false, reason: { code: 'NOTHING', message: 'nothing to observe' } };
+      return { ok: true, events: [{ type: 'Bonus', amount: command.event.amount }] };
+    },
+    evolve(state: Counter, event: Deposited | Bonus): Counter {
+      return { value: event.type === 'Deposited' ? state.value + event.amount : state.value * 2 };
+    },
+  };
+  const observe = observer(bank);
+
+  it('decides the event as an Observe command and folds it in before the events decided on it', () => {
+    expect(observe({ type: 'Deposited', amount: 5 }, { value: 1 })).toEqual({ ok: true, state: { value: 12 }, events: [{ type: 'Bonus', amount: 5 }] });
+  });
+
+  it('returns the refusal and folds nothing when the decider refuses the event', () => {
+    expect(observe({ type: 'Deposited', amount: 0 }, { value: 1 })).toEqual({ ok: false, reason: { code: 'NOTHING', message: 'nothing to observe' } });
   });
 });

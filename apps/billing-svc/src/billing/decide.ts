@@ -3,11 +3,23 @@ import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
 import { billingOf, BillingStatus, evolve, MAX_AMOUNT, payoutOf, type AttemptBilling, type BillingTaskState } from './state';
 
 export type BillingCommand =
-  /** QA approved an attempt. `failurePrefix` is the test fault switch: annotators it matches fail. */
-  | { readonly type: 'BillTask'; readonly event: EventDraft<QaPassed>; readonly failurePrefix: string }
+  /** QA approved an attempt. */
+  | { readonly type: 'BillTask'; readonly event: EventDraft<QaPassed> }
   /** An admin retries the failed billing of the task's latest attempt (after a top-up). */
-  | { readonly type: 'RetryBilling'; readonly taskId: TaskId; readonly failurePrefix: string }
+  | { readonly type: 'RetryBilling'; readonly taskId: TaskId }
   | { readonly type: 'Observe'; readonly event: EventDraft<TaskCancelled | TaskReopened> };
+
+/**
+ * Failures injected from outside (tests, and the producer's billing failures): the annotators whose
+ * billing fails with INJECTED_FAILURE, whatever the budget. A port, so a decision stays pure.
+ */
+export interface BillingFaults {
+  billingFails(annotatorId: AnnotatorId): boolean;
+}
+export const noFaults: BillingFaults = { billingFails: () => false };
+export interface BillingDeciderDeps {
+  readonly faults: BillingFaults;
+}
 
 export const BillingRejections = {
   ALREADY_BILLED: 'ALREADY_BILLED',
@@ -25,14 +37,15 @@ export type BillingDecision = Decision<EventDraft<BillingEvent>, BillingRejectio
 const accept = (...events: EventDraft<BillingEvent>[]): BillingDecision => ({ ok: true, events });
 const reject = (code: BillingRejection['code'], message: string): BillingDecision => ({ ok: false, reason: { code, message } });
 
-export function decide(command: BillingCommand, state: BillingTaskState): BillingDecision {
+/** Billing's decider: pure, given the faults it is told to inject. */
+export const billingDecider = (deps: BillingDeciderDeps) => ({ decide: (command: BillingCommand, state: BillingTaskState) => decide(command, state, deps), evolve });
+
+export function decide(command: BillingCommand, state: BillingTaskState, { faults }: BillingDeciderDeps): BillingDecision {
   switch (command.type) {
     case 'BillTask':
-      return billTask(command.event, injected(command.failurePrefix, command.event.payload.annotatorId), state);
-    case 'RetryBilling': {
-      const latest = state.billings[state.billings.length - 1];
-      return retry(latest !== undefined && injected(command.failurePrefix, latest.annotatorId), state);
-    }
+      return billTask(command.event, faults, state);
+    case 'RetryBilling':
+      return retry(faults, state);
     case 'Observe':
       return command.event.type === 'TaskCancelled' ? refundAll(command.event, state) : refundSuperseded(command.event, state);
     default: {
@@ -41,8 +54,6 @@ export function decide(command: BillingCommand, state: BillingTaskState): Billin
     }
   }
 }
-
-const injected = (prefix: string, annotatorId: string) => prefix !== '' && annotatorId.startsWith(prefix);
 
 type Charge = { readonly ok: true } | { readonly ok: false; readonly reason: BillingFailureReason; readonly detail: string };
 
@@ -53,11 +64,11 @@ type Charge = { readonly ok: true } | { readonly ok: false; readonly reason: Bil
  * - the project's balance stays >= 0 (the debit);
  * - the annotator's payout stays <= 2^53 - 1 (the credit).
  * A refund cannot pass a limit: it returns to the project what a debit took (top-ups keep room for
- * every outstanding debit, `projects/budget.ts`), and it reverses a credit still in the payout.
+ * every outstanding debit, `projects/decide.ts`), and it reverses a credit still in the payout.
  */
-function chargeable(state: BillingTaskState, annotatorId: AnnotatorId, injectFailure: boolean): Charge {
+function chargeable(state: BillingTaskState, annotatorId: AnnotatorId, faults: BillingFaults): Charge {
   const { project, taskId } = state;
-  if (injectFailure) return { ok: false, reason: 'INJECTED_FAILURE', detail: `billing of task ${taskId} failed by fault injection` };
+  if (faults.billingFails(annotatorId)) return { ok: false, reason: 'INJECTED_FAILURE', detail: `billing of task ${taskId} failed by fault injection` };
   if (!project) return { ok: false, reason: 'PROJECT_NOT_FOUND', detail: `the task's project does not exist` };
   if (project.balance < project.pricePerTask) {
     return { ok: false, reason: 'INSUFFICIENT_BUDGET', detail: `project ${project.projectId} has ${project.balance} cents left; a task costs ${project.pricePerTask}` };
@@ -73,7 +84,7 @@ function chargeable(state: BillingTaskState, annotatorId: AnnotatorId, injectFai
   return { ok: true };
 }
 
-function billTask(event: EventDraft<QaPassed>, injectFailure: boolean, state: BillingTaskState): BillingDecision {
+function billTask(event: EventDraft<QaPassed>, faults: BillingFaults, state: BillingTaskState): BillingDecision {
   if (state.cancelled) return reject('TASK_CANCELLED', `task ${event.taskId} was cancelled before its approval arrived`);
   if (event.attempt < state.latestAttempt) return reject('ATTEMPT_SUPERSEDED', `attempt ${event.attempt} was superseded by attempt ${state.latestAttempt}`);
   const billed = billingOf(state, event.attempt);
@@ -83,7 +94,7 @@ function billTask(event: EventDraft<QaPassed>, injectFailure: boolean, state: Bi
   // longer holds their debit; the TaskReopened that follows then finds nothing left to refund.
   const superseded = state.billings.filter((b) => b.status === BillingStatus.completed && b.attempt < event.attempt).map((b) => refund(b, 'ATTEMPT_SUPERSEDED'));
   const current = superseded.reduce(evolve, state);
-  const charge = chargeable(current, event.payload.annotatorId, injectFailure);
+  const charge = chargeable(current, event.payload.annotatorId, faults);
   const base = { version: 1, taskId: event.taskId, projectId: event.projectId, attempt: event.attempt } as const;
   if (!charge.ok) {
     const failed: EventDraft<BillingFailed> = { ...base, type: 'BillingFailed', payload: { annotatorId: event.payload.annotatorId, reason: charge.reason, detail: charge.detail, approvedBy: event.payload.reviewerId } };
@@ -93,12 +104,12 @@ function billTask(event: EventDraft<QaPassed>, injectFailure: boolean, state: Bi
   return accept(...superseded, completed);
 }
 
-function retry(injectFailure: boolean, state: BillingTaskState): BillingDecision {
+function retry(faults: BillingFaults, state: BillingTaskState): BillingDecision {
   if (state.cancelled) return reject('TASK_CANCELLED', `task ${state.taskId} was cancelled`);
   const latest = state.billings[state.billings.length - 1];
   if (!latest || latest.status !== BillingStatus.failed) return reject('NOTHING_TO_RETRY', `task ${state.taskId} has no failed billing to retry`);
   if (latest.attempt < state.latestAttempt) return reject('ATTEMPT_SUPERSEDED', `attempt ${latest.attempt} was superseded by attempt ${state.latestAttempt}`);
-  const charge = chargeable(state, latest.annotatorId, injectFailure);
+  const charge = chargeable(state, latest.annotatorId, faults);
   // A retry that still cannot pay changes nothing: the task stays failed, the admin is told why.
   if (!charge.ok) return reject(charge.reason, charge.detail);
   return accept({

@@ -1,8 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import type { AnnotatorId, ProjectId, QaPassed, ReviewerId, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
-import { decide, type BillingCommand, type BillingDecision } from './decide';
-import { emptyBilling, evolve, type BillingStateEvent, type BillingTaskState, type ProjectBudget } from './state';
+import { deciderSpec } from '@labelflow/testing';
+import { billingDecider, noFaults, type BillingCommand, type BillingDecision, type BillingFaults } from './decide';
+import { faultsOf } from './faults';
+import { emptyBilling, type BillingStateEvent, type BillingTaskState, type ProjectBudget } from './state';
 
 const taskId = '11111111-1111-4111-8111-111111111111' as TaskId;
 const projectId = '22222222-2222-4222-8222-222222222222' as ProjectId;
@@ -14,19 +16,24 @@ const cancelled = (attempt = 1): EventDraft<TaskCancelled> => ({ ...envelope(att
 const reopened = (attempt: number): EventDraft<TaskReopened> => ({ ...envelope(attempt), type: 'TaskReopened', payload: { reason: 'LEASE_EXPIRED', previousAttempt: attempt - 1, previousAnnotatorId: ann } });
 const project = (balance: number, pricePerTask = 500): ProjectBudget => ({ projectId, pricePerTask, balance, version: 3 });
 
-const bill = (event = qaPassed(), failurePrefix = ''): BillingCommand => ({ type: 'BillTask', event, failurePrefix });
-const retry = (failurePrefix = ''): BillingCommand => ({ type: 'RetryBilling', taskId, failurePrefix });
+const bill = (event = qaPassed()): BillingCommand => ({ type: 'BillTask', event });
+const retry = (): BillingCommand => ({ type: 'RetryBilling', taskId });
 const observe = (event: EventDraft<TaskCancelled | TaskReopened>): BillingCommand => ({ type: 'Observe', event });
 
+/** Billing's decider with the faults injected (none unless a test says so); an observed event is folded in before the decided ones. */
+const billing = (faults: BillingFaults = noFaults) => {
+  const decider = billingDecider({ faults });
+  return { decider, ...deciderSpec(decider, { initial: () => emptyBilling(taskId), observed: (c) => (c.type === 'Observe' ? [c.event] : []) }) };
+};
+const { decider: { decide }, givenFrom, when, rejectionCode: code } = billing();
+
 /** Given a starting budget and events, the state; then a command's decision and the state after. */
-const given = (budget: ProjectBudget | null, ...events: BillingStateEvent[]) => events.reduce(evolve, emptyBilling(taskId, budget));
+const given = (budget: ProjectBudget | null, ...events: BillingStateEvent[]) => givenFrom(emptyBilling(taskId, budget), ...events);
 const run = (state: BillingTaskState, command: BillingCommand) => {
-  const decision = decide(command, state);
-  const observed: BillingStateEvent[] = command.type === 'Observe' ? [command.event] : [];
-  return { decision, after: decision.ok ? [...observed, ...decision.events].reduce(evolve, state) : state };
+  const { decision, state: after } = when(state, command);
+  return { decision, after };
 };
 const types = (d: BillingDecision) => (d.ok ? d.events.map((e) => e.type) : []);
-const code = (d: BillingDecision) => (d.ok ? undefined : d.reason.code);
 const completed = (state: BillingTaskState, command = bill()) => run(state, command).after;
 
 describe('billing-svc: billing an approved attempt', () => {
@@ -48,8 +55,21 @@ describe('billing-svc: billing an approved attempt', () => {
   });
 
   it('fails with INJECTED_FAILURE for annotators matching the fault prefix, whatever the budget', () => {
-    const { decision } = run(given(project(10_000)), bill(qaPassed(1, 'fail-bob' as AnnotatorId), 'fail-'));
+    const { decision } = billing(faultsOf({ FAULT_BILLING_FAILURE_PREFIX: 'fail-' })).when(given(project(10_000)), bill(qaPassed(1, 'fail-bob' as AnnotatorId)));
     expect(decision.ok && decision.events[0]?.type === 'BillingFailed' && decision.events[0].payload.reason).toBe('INJECTED_FAILURE');
+  });
+
+  it('injects no failure when the fault prefix is empty, and pays annotators the prefix does not match', () => {
+    expect(faultsOf({ FAULT_BILLING_FAILURE_PREFIX: '' }).billingFails('fail-bob' as AnnotatorId)).toBe(false);
+    expect(types(billing(faultsOf({ FAULT_BILLING_FAILURE_PREFIX: 'fail-' })).when(given(project(10_000)), bill()).decision)).toEqual(['BillingCompleted']);
+  });
+
+  it('tells the admin who retries the billing of an annotator the faults still fail, and changes nothing', () => {
+    const failed = completed(given(project(100)));
+    const toppedUp = { ...failed, project: project(1_000) };
+    const outcome = billing({ billingFails: (annotatorId) => annotatorId === ann }).when(toppedUp, retry());
+    expect(outcome.rejection).toBe('INJECTED_FAILURE');
+    expect(outcome.state).toBe(toppedUp);
   });
 
   it('refuses to bill an attempt twice', () => {

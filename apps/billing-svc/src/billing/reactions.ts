@@ -1,12 +1,22 @@
-import { eventConsumer, fold, type ServiceContext } from '@labelflow/service-kit';
+import { eventConsumer, fold, observer, type ServiceContext } from '@labelflow/service-kit';
 import type { BillingSvcConfig } from '../config';
-import { decider } from './execute';
+import { billingDecider } from './decide';
+import { faultsOf } from './faults';
 import { billingBatchStore } from './repository';
 import type { BillingTaskState } from './state';
 
-/** An approved label is what gets paid for; a cancellation or a newer attempt takes the money back. */
-export const billingConsumer = eventConsumer<BillingTaskState, ServiceContext<BillingSvcConfig>>(billingBatchStore, {
-  QaPassed: (event, state, ctx) => fold(decider, state, { type: 'BillTask', event, failurePrefix: ctx.config.FAULT_BILLING_FAILURE_PREFIX }),
-  TaskCancelled: (event, state) => fold(decider, state, { type: 'Observe', event }, [event]),
-  TaskReopened: (event, state) => fold(decider, state, { type: 'Observe', event }, [event]),
+type BillingContext = ServiceContext<BillingSvcConfig>;
+
+/** Billing decides with the faults this service's configuration injects (none outside tests and load runs). */
+const deciderFor = (ctx: BillingContext) => billingDecider({ faults: faultsOf(ctx.config) });
+
+/**
+ * An approved label is what gets paid for; a cancellation or a newer attempt takes the money back.
+ * Both are folded in even when they refund nothing: they are the tombstones later approvals are
+ * checked against.
+ */
+export const billingConsumer = eventConsumer<BillingTaskState, BillingContext>(billingBatchStore, {
+  QaPassed: (event, state, ctx) => fold(deciderFor(ctx), state, { type: 'BillTask', event }),
+  TaskCancelled: (event, state, ctx) => observer(deciderFor(ctx))(event, state),
+  TaskReopened: (event, state, ctx) => observer(deciderFor(ctx))(event, state),
 });

@@ -1,6 +1,6 @@
 import type { AnnotatorId, DomainEvent, Money, ProjectId, TaskId } from '@labelflow/contracts';
 import { ServiceKitError, ServiceKitErrors, sortedTaskIds, type BatchStore, type PoolClient, type Queryable } from '@labelflow/service-kit';
-import { appendLedger, loadProject, saveBalance, type LedgerEntry } from '../projects/repository';
+import { budgets, type LedgerEntry } from '../projects/port';
 import { BillingStatus, emptyBilling, type AttemptBilling, type BillingTaskState } from './state';
 
 interface BillingRow {
@@ -53,7 +53,7 @@ export async function loadBillingTask(tx: PoolClient, taskId: TaskId, projectHin
   const { rows: marks } = await tx.query<{ latest_attempt: number; cancelled_at: Date | null }>('SELECT latest_attempt, cancelled_at FROM billing_tasks WHERE task_id = $1 FOR UPDATE', [taskId]);
   const billings = await listBillings(tx, taskId);
   const projectId = billings[0]?.projectId ?? projectHint;
-  const project = projectId ? await loadProject(tx, projectId, { forUpdate: true }) : null;
+  const project = projectId ? await budgets.load(tx, projectId) : null;
   const annotators = [...(payoutRows.annotators ?? []), ...billings.map((b) => b.annotatorId)];
   if (!payoutRows.locked) await ensurePayoutRows(tx, annotators);
   const payouts = await lockPayouts(tx, annotators);
@@ -95,20 +95,19 @@ export const billingBatchStore: BatchStore<BillingTaskState> = {
     const taskIds = sortedTaskIds(events);
     await tx.query('INSERT INTO billing_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [taskIds]);
     await tx.query('SELECT 1 FROM billing_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [taskIds]);
-    const { rows } = await tx.query<{ project_id: string; annotator_id: string }>('SELECT DISTINCT project_id, annotator_id FROM billings WHERE task_id = ANY($1::text[])', [taskIds]);
-    const projectIds = [...new Set([...events.map((e) => e.projectId), ...rows.map((r) => r.project_id)])].sort();
-    await tx.query('SELECT 1 FROM projects WHERE project_id = ANY($1::uuid[]) ORDER BY project_id FOR UPDATE', [projectIds]);
+    const { rows } = await tx.query<{ project_id: ProjectId; annotator_id: AnnotatorId }>('SELECT DISTINCT project_id, annotator_id FROM billings WHERE task_id = ANY($1::text[])', [taskIds]);
+    await budgets.lockAll(tx, [...new Set([...events.map((e) => e.projectId), ...rows.map((r) => r.project_id)])].sort());
     const approved = new Map<string, AnnotatorId[]>();
     for (const e of events) {
       const annotator = approvedAnnotator(e);
       if (annotator) approved.set(e.taskId, [...(approved.get(e.taskId) ?? []), annotator]);
     }
-    const annotators = [...rows.map((r) => r.annotator_id as AnnotatorId), ...[...approved.values()].flat()];
+    const annotators = [...rows.map((r) => r.annotator_id), ...[...approved.values()].flat()];
     await ensurePayoutRows(tx, annotators);
     await lockPayouts(tx, annotators);
-    const hints = new Map<string, ProjectId>(events.map((e) => [e.taskId, e.projectId as ProjectId]));
+    const hints = new Map(events.map((e) => [e.taskId, e.projectId]));
     return {
-      get: (taskId) => loadBillingTask(tx, taskId as TaskId, hints.get(taskId) ?? null, { annotators: approved.get(taskId) ?? [], locked: true }),
+      get: (taskId) => loadBillingTask(tx, taskId, hints.get(taskId) ?? null, { annotators: approved.get(taskId) ?? [], locked: true }),
       set: (_taskId, previous, next) => saveBillingTask(tx, previous, next),
       save: async () => undefined,
     };
@@ -129,7 +128,7 @@ export async function saveBillingTask(tx: PoolClient, previous: BillingTaskState
     ]);
   }
   if (previous.project && next.project && next.project.balance !== previous.project.balance) {
-    await saveBalance(tx, next.project.projectId, next.project.balance, previous.project.version);
+    await budgets.move(tx, previous.project, next.project);
   }
   for (const billing of next.billings) {
     const before = previous.billings.find((b) => b.attempt === billing.attempt);
@@ -142,7 +141,7 @@ export async function saveBillingTask(tx: PoolClient, previous: BillingTaskState
 }
 
 async function book(tx: PoolClient, b: AttemptBilling, legs: readonly [LedgerEntry['kind'], AnnotatorId | null][], payoutDelta: Money, actor: string | null): Promise<void> {
-  await appendLedger(tx, legs.map(([kind, annotatorId]) => ({ projectId: b.projectId, taskId: b.taskId, attempt: b.attempt, kind, annotatorId, amount: b.amount, actor })));
+  await budgets.book(tx, legs.map(([kind, annotatorId]) => ({ projectId: b.projectId, taskId: b.taskId, attempt: b.attempt, kind, annotatorId, amount: b.amount, actor })));
   // A reversal only ever follows its credit, so the row exists; an upsert would not do here,
   // since its proposed row (a negative balance) fails the CHECK before ON CONFLICT is considered.
   const sql =

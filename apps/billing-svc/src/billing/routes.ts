@@ -7,6 +7,8 @@ import { guard, HttpError, parseInput, type ServiceContext } from '@labelflow/se
 import type { BillingSvcConfig } from '../config';
 import type { BillingRejection } from './decide';
 import { executeBilling } from './execute';
+import { faultsOf } from './faults';
+import { toBillingView } from './read-routes';
 import { listBillings } from './repository';
 
 const TaskParams = z.object({ taskId: TaskId });
@@ -35,11 +37,11 @@ export function billingRoutes(app: FastifyInstance, ctx: ServiceContext<BillingS
     if (!billed && !request.principal.admin) throw new HttpError(404, notFound.code, notFound.message);
     guard(request, Permission.billingRetry, billed?.projectId ?? null, notFound);
     return request.idempotent({}, async (tx, key) => {
-      const result = await executeBilling(tx, { type: 'RetryBilling', taskId, failurePrefix: ctx.config.FAULT_BILLING_FAILURE_PREFIX });
+      const result = await executeBilling(tx, { type: 'RetryBilling', taskId }, { faults: faultsOf(ctx.config) });
       if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
       await ctx.emit(tx, result.events, key);
       const billings = await listBillings(tx, taskId);
-      return { status: 200, body: { taskId, billings: billings.map(({ createdAt, ...b }) => ({ ...b, createdAt: createdAt.toISOString() })) } };
+      return { status: 200, body: { taskId, billings: billings.map(toBillingView) } };
     });
   });
 }

@@ -1,13 +1,12 @@
 import type { AnnotatorId, BillingEvent, BillingFailureReason, Money, ProjectId, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
 
-/** The largest amount any balance may hold: the CHECK on every money column (migrations.ts), and the last exact JS integer. */
-export const MAX_AMOUNT = Number.MAX_SAFE_INTEGER;
+export { MAX_AMOUNT } from '@labelflow/contracts';
 
 export const BillingStatus = { completed: 'completed', failed: 'failed', refunded: 'refunded' } as const;
 export type BillingStatus = (typeof BillingStatus)[keyof typeof BillingStatus];
 
-/** The part of a project that billing decides on. */
+/** The part of a project that billing decides on, as projects/port.ts hands it over. */
 export interface ProjectBudget {
   readonly projectId: ProjectId;
   readonly pricePerTask: Money;

@@ -2,10 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
-import { decodeCursor, encodeCursor, migrate } from '@labelflow/service-kit';
-import { createTestDatabase, createTestPool, uniqueName } from '@labelflow/testing';
+import { decodeCursor, encodeCursor, migrate, ServiceKitErrors, withTransaction } from '@labelflow/service-kit';
+import { createTestDatabase, createTestPool, eventually, latch, uniqueName, freshDatabase } from '@labelflow/testing';
 import { migrations } from '../migrations';
-import { appendLedger, insertProject, LedgerListPosition, listLedger, pageLedger, type LedgerEntry, type LedgerPageFilter } from './repository';
+import { appendLedger, insertProject, LedgerListPosition, listLedger, loadProject, loadProjectSummary, pageLedger, saveBalance, type LedgerEntry, type LedgerPageFilter } from './repository';
 
 const infra = inject('infra');
 
@@ -110,5 +110,81 @@ describe('billing-svc pageLedger keyset pages', () => {
   it('keeps listLedger answering every matching entry for its existing callers', async () => {
     const credits = await listLedger(pool, { annotatorId: annotator, kind: 'credit' });
     expect(credits.map((e) => e.id)).toEqual(await expectedIds(`kind = 'credit'`, []));
+  });
+});
+
+
+describe('billing-svc project repository', () => {
+  let pool: pg.Pool;
+  const db = freshDatabase(infra.pgUrl, 'projectrepo', (p) => migrate(p, migrations));
+  beforeAll(async () => void (pool = await db.open()));
+  afterAll(() => db.close());
+
+  const newProject = async (balance = 1_000) => {
+    const projectId = randomUUID() as ProjectId;
+    await insertProject(pool, { projectId, name: 'cats', currency: 'EUR', pricePerTask: 100, balance });
+    return projectId;
+  };
+  /** Resolves once a session of this test's database waits for a lock another transaction holds. */
+  const someoneWaitsForALock = () =>
+    eventually(async () => {
+      const { rows } = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'");
+      expect(rows[0]?.n).toBe(1);
+    });
+
+  it('loads a project as inserted, at version 1, and null for a project it does not have', async () => {
+    const projectId = await newProject(2_500);
+    expect(await loadProject(pool, projectId)).toMatchObject({ projectId, name: 'cats', currency: 'EUR', pricePerTask: 100, balance: 2_500, version: 1 });
+    expect(await loadProject(pool, randomUUID() as ProjectId)).toBeNull();
+  });
+
+  it('saves a balance by compare-and-set on the version, refusing a stale one with a retriable CONCURRENT_UPDATE', async () => {
+    const projectId = await newProject();
+    await saveBalance(pool, projectId, 900, 1);
+    expect(await loadProject(pool, projectId)).toMatchObject({ balance: 900, version: 2 });
+    await expect(saveBalance(pool, projectId, 1_500, 1)).rejects.toMatchObject({ code: ServiceKitErrors.CONCURRENT_UPDATE, retriable: true });
+    expect(await loadProject(pool, projectId)).toMatchObject({ balance: 900, version: 2 });
+  });
+
+  it("applies balance changes of one project one at a time: a second locking load waits for the first's commit and sees its balance", async () => {
+    const projectId = await newProject();
+    const [firstSaved, commit] = [latch(), latch()];
+    const first = withTransaction(pool, async (tx) => {
+      const project = (await loadProject(tx, projectId, { forUpdate: true }))!;
+      await saveBalance(tx, projectId, project.balance - 100, project.version);
+      firstSaved.open();
+      await commit.opened;
+    });
+    await firstSaved.opened;
+    const second = withTransaction(pool, (tx) => loadProject(tx, projectId, { forUpdate: true }));
+    await someoneWaitsForALock();
+    commit.open();
+    await first;
+    expect(await second).toMatchObject({ balance: 900, version: 2 });
+  });
+
+  it('sums the top-ups, debits and refunds of a project in its summary', async () => {
+    const projectId = await newProject(0);
+    const taskId = '700000000000000001' as TaskId;
+    const annotatorId = 'ann-summary' as AnnotatorId;
+    await appendLedger(pool, [
+      { projectId, kind: 'topup', amount: 1_000, taskId: null, attempt: null, annotatorId: null, actor: 'owner-1' },
+      { projectId, kind: 'topup', amount: 500, taskId: null, attempt: null, annotatorId: null, actor: 'owner-1' },
+      { projectId, kind: 'debit', amount: 100, taskId, attempt: 1, annotatorId: null, actor: 'rev-1' },
+      { projectId, kind: 'credit', amount: 100, taskId, attempt: 1, annotatorId, actor: 'rev-1' },
+      { projectId, kind: 'refund', amount: 100, taskId, attempt: 1, annotatorId: null, actor: null },
+    ]);
+    expect(await loadProjectSummary(pool, projectId)).toMatchObject({ totalToppedUp: 1_500, totalDebited: 100, totalRefunded: 100 });
+    expect(await loadProjectSummary(pool, await newProject())).toMatchObject({ totalToppedUp: 0, totalDebited: 0, totalRefunded: 0 });
+    expect(await loadProjectSummary(pool, randomUUID() as ProjectId)).toBeNull();
+  });
+
+  it('books at most one entry of each kind per task attempt, whatever the code above does', async () => {
+    const projectId = await newProject();
+    const entry: LedgerEntry = { projectId, kind: 'debit', amount: 100, taskId: '700000000000000002' as TaskId, attempt: 1, annotatorId: null, actor: 'rev-1' };
+    await appendLedger(pool, [entry]);
+    await expect(appendLedger(pool, [entry])).rejects.toMatchObject({ code: '23505' });
+    await appendLedger(pool, [{ ...entry, attempt: 2 }]);
+    expect(await listLedger(pool, { taskId: entry.taskId! })).toHaveLength(2);
   });
 });

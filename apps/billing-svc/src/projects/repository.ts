@@ -1,25 +1,13 @@
 import type { AnnotatorId, Money, ProjectId, TaskId } from '@labelflow/contracts';
 import { z } from 'zod';
 import { keysetPage, ServiceKitError, ServiceKitErrors, type Queryable } from '@labelflow/service-kit';
-import type { ProjectBudget } from '../billing/state';
+import type { LedgerEntry, LedgerKind } from './ledger';
+import type { ProjectState, ProjectTotals } from './state';
 
-/** Project side: topup, debit, refund. Annotator side: credit, reversal (of a refunded credit). */
-export const LedgerKind = { topup: 'topup', debit: 'debit', credit: 'credit', refund: 'refund', reversal: 'reversal' } as const;
-export type LedgerKind = (typeof LedgerKind)[keyof typeof LedgerKind];
-
-export interface LedgerEntry {
-  readonly projectId: ProjectId;
-  readonly kind: LedgerKind;
-  readonly amount: Money;
-  readonly taskId: TaskId | null;
-  readonly attempt: number | null;
-  readonly annotatorId: AnnotatorId | null;
-  /** The person whose decision booked it; null: the system (or recorded before actors were). */
-  readonly actor: string | null;
-}
+export { LedgerKind, type LedgerEntry } from './ledger';
 export type LedgerRecord = LedgerEntry & { readonly id: string; readonly createdAt: Date };
 
-export type ProjectRecord = ProjectBudget & { readonly name: string; readonly currency: string; readonly createdAt: Date };
+export type ProjectRecord = Omit<ProjectState, 'totals'> & { readonly createdAt: Date };
 export type ProjectSummary = ProjectRecord & { readonly totalToppedUp: Money; readonly totalDebited: Money; readonly totalRefunded: Money };
 
 interface ProjectRow {
@@ -30,9 +18,12 @@ interface ProjectRow {
   balance: string;
   version: number;
   created_at: Date;
-  total_topped_up?: string;
-  total_debited?: string;
-  total_refunded?: string;
+}
+/** A project's totals, summed from its ledger (`totalsColumns`). */
+interface TotalsRow {
+  total_topped_up: string;
+  total_debited: string;
+  total_refunded: string;
 }
 
 interface LedgerRow {
@@ -83,18 +74,47 @@ export async function loadProject(db: Queryable, projectId: ProjectId, { forUpda
   return rows[0] ? toProject(rows[0]) : null;
 }
 
+const totalsColumns = `COALESCE(SUM(l.amount) FILTER (WHERE l.kind = 'topup'), 0) AS total_topped_up,
+  COALESCE(SUM(l.amount) FILTER (WHERE l.kind = 'debit'), 0) AS total_debited,
+  COALESCE(SUM(l.amount) FILTER (WHERE l.kind = 'refund'), 0) AS total_refunded`;
+const toTotals = (r: TotalsRow): ProjectTotals => ({ toppedUp: Number(r.total_topped_up), debited: Number(r.total_debited), refunded: Number(r.total_refunded) });
+
 /** One statement, so the balance and the totals come from the same snapshot. */
 export async function loadProjectSummary(db: Queryable, projectId: ProjectId): Promise<ProjectSummary | null> {
-  const { rows } = await db.query<ProjectRow>(
-    `SELECT p.*, COALESCE(SUM(l.amount) FILTER (WHERE l.kind = 'topup'), 0) AS total_topped_up,
-            COALESCE(SUM(l.amount) FILTER (WHERE l.kind = 'debit'), 0) AS total_debited,
-            COALESCE(SUM(l.amount) FILTER (WHERE l.kind = 'refund'), 0) AS total_refunded
-     FROM projects p LEFT JOIN ledger l ON l.project_id = p.project_id
-     WHERE p.project_id = $1 GROUP BY p.project_id`,
+  const { rows } = await db.query<ProjectRow & TotalsRow>(
+    `SELECT p.*, ${totalsColumns} FROM projects p LEFT JOIN ledger l ON l.project_id = p.project_id WHERE p.project_id = $1 GROUP BY p.project_id`,
     [projectId],
   );
   const row = rows[0];
-  return row ? { ...toProject(row), totalToppedUp: Number(row.total_topped_up), totalDebited: Number(row.total_debited), totalRefunded: Number(row.total_refunded) } : null;
+  if (!row) return null;
+  const totals = toTotals(row);
+  return { ...toProject(row), totalToppedUp: totals.toppedUp, totalDebited: totals.debited, totalRefunded: totals.refunded };
+}
+
+/**
+ * A project's state for its commands. Its row is locked first and the totals read by a second
+ * statement, whose snapshot (READ COMMITTED) then holds every booking committed before the lock was
+ * granted: no debit or refund can change them until this transaction ends.
+ */
+export async function loadProjectState(tx: Queryable, projectId: ProjectId): Promise<ProjectState | null> {
+  const project = await loadProject(tx, projectId, { forUpdate: true });
+  if (!project) return null;
+  // An aggregate without GROUP BY answers exactly one row, with zeros for a project without entries.
+  const { rows: [totals] } = await tx.query<TotalsRow>(`SELECT ${totalsColumns} FROM ledger l WHERE l.project_id = $1`, [projectId]);
+  const { createdAt: _, ...state } = project;
+  return { ...state, totals: totals ? toTotals(totals) : { toppedUp: 0, debited: 0, refunded: 0 } };
+}
+
+/** Saves a project's state: a new project is inserted, a known one's balance moved by compare-and-set. */
+export async function saveProject(tx: Queryable, previous: ProjectState | null, next: ProjectState | null): Promise<void> {
+  if (!next) return;
+  if (!previous) return insertProject(tx, next);
+  if (next.balance !== previous.balance) await saveBalance(tx, next.projectId, next.balance, previous.version);
+}
+
+/** Locks the projects' rows in id order, so that transactions sharing projects queue instead of deadlocking. */
+export async function lockProjects(tx: Queryable, projectIds: readonly ProjectId[]): Promise<void> {
+  await tx.query('SELECT 1 FROM projects WHERE project_id = ANY($1::uuid[]) ORDER BY project_id FOR UPDATE', [projectIds]);
 }
 
 /** Compare-and-set on `version`; losing the race is a retriable conflict (consumer retries, HTTP 409). */

@@ -1,25 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import type {
-  Annotation,
-  AnnotatorId,
-  BillingCompleted,
-  BillingFailed,
-  BillingRefunded,
-  LabelSubmitted,
-  ProjectId,
-  QaPassed,
-  QaRejected,
-  QaTimedOut,
-  ReopenReason,
-  ReviewerId,
-  TaskAssigned,
-  TaskCancelled,
-  TaskId,
-  TaskReopened,
-} from '@labelflow/contracts';
+import type { Annotation, AnnotatorId, BillingCompleted, BillingFailed, BillingRefunded, LabelSubmitted, ProjectId, QaPassed, QaRejected, QaTimedOut, ReopenReason, ReviewerId, TaskAssigned, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
-import { decide, type LabelCommand, type LabelDecision } from './decide';
-import { emptyState, evolve, type LabelObservedEvent, type LabelStateEvent, type LabelTaskState } from './state';
+import { deciderSpec } from '@labelflow/testing';
+import { decide, type LabelCommand } from './decide';
+import { emptyState, evolve, type LabelObservedEvent, type LabelTaskState } from './state';
 
 const taskId = '11111111-1111-4111-8111-111111111111' as TaskId;
 const projectId = '22222222-2222-4222-8222-222222222222' as ProjectId;
@@ -62,20 +46,12 @@ const billingRefunded = (attempt: number, reason: BillingRefunded['payload']['re
 const t0 = new Date('2030-01-01T00:00:00.000Z');
 const lease = '2030-01-01T01:00:00.000Z';
 
-const given = (...events: LabelStateEvent[]): LabelTaskState => events.reduce(evolve, emptyState(taskId));
+/** A task label-svc never heard of is empty; an observed event is folded in before the decided ones. */
+const { given, givenFrom, when, rejectionCode } = deciderSpec({ decide, evolve }, { initial: () => emptyState(taskId), observed: (c) => (c.type === 'Observe' ? [c.event] : []) });
 const submit = (annotatorId: AnnotatorId, now: Date = t0): LabelCommand => ({ type: 'SubmitLabels', taskId, annotatorId, annotations, now });
 const observe = (event: LabelObservedEvent): LabelCommand => ({ type: 'Observe', event });
-const after = (state: LabelTaskState, command: LabelCommand, decision: LabelDecision): LabelTaskState => {
-  const observed: LabelStateEvent[] = command.type === 'Observe' ? [command.event] : [];
-  return [...observed, ...(decision.ok ? decision.events : [])].reduce(evolve, state);
-};
-const rejectionCode = (decision: LabelDecision) => (decision.ok ? undefined : decision.reason.code);
 /** When: the event is observed as the consumer does (decide, then fold the event if accepted). */
-const whenObserved = (state: LabelTaskState, event: LabelObservedEvent) => {
-  const command = observe(event);
-  const decision = decide(command, state);
-  return { decision, state: after(state, command, decision) };
-};
+const whenObserved = (state: LabelTaskState, event: LabelObservedEvent) => when(state, observe(event));
 const statuses = (state: LabelTaskState) => state.labels.map((l) => [l.attempt, l.status, l.voidReason]);
 
 describe('label-svc: submitting labels', () => {
@@ -113,13 +89,10 @@ describe('label-svc: submitting labels', () => {
 
 describe('label-svc: observing assignments and reviews', () => {
   it('accepts a newer TaskAssigned and folds it into the current assignment', () => {
-    const state = given(taskAssigned(alice));
-    const command = observe(taskAssigned(bob, 2));
-
-    const decision = decide(command, state);
+    const { decision, state } = whenObserved(given(taskAssigned(alice)), taskAssigned(bob, 2));
 
     expect(decision).toEqual({ ok: true, events: [] });
-    expect(after(state, command, decision).assignment).toEqual({ projectId, attempt: 2, annotatorId: bob, leaseExpiresAt: null, version: 0 });
+    expect(state.assignment).toEqual({ projectId, attempt: 2, annotatorId: bob, leaseExpiresAt: null, version: 0 });
   });
 
   it('rejects a late TaskAssigned for attempt 1 after attempt 2 with STALE_ATTEMPT', () => {
@@ -135,20 +108,16 @@ describe('label-svc: observing assignments and reviews', () => {
   });
 
   it("marks the attempt's labels accepted when QaPassed is observed", () => {
-    const state = given(taskAssigned(alice), labelSubmitted(alice));
-    const command = observe(qaPassed());
-
-    const decision = decide(command, state);
+    const { decision, state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice)), qaPassed());
 
     expect(decision).toEqual({ ok: true, events: [] });
-    expect(after(state, command, decision).labels).toEqual([{ attempt: 1, annotatorId: alice, annotations, status: 'accepted', voidReason: null }]);
+    expect(state.labels).toEqual([{ attempt: 1, annotatorId: alice, annotations, status: 'accepted', voidReason: null }]);
   });
 
   it("marks only the reviewed attempt's labels rejected when QaRejected is observed", () => {
     const state = given(taskAssigned(alice), labelSubmitted(alice), qaRejected(1), taskAssigned(alice, 2), labelSubmitted(alice, 2));
-    const command = observe(qaRejected(2));
 
-    const next = after(state, command, decide(command, state));
+    const next = whenObserved(state, qaRejected(2)).state;
 
     expect(next.labels.map((l) => [l.attempt, l.status])).toEqual([
       [1, 'rejected'],
@@ -164,13 +133,10 @@ describe('label-svc: observing assignments and reviews', () => {
 
 describe('label-svc: a task reopened for rework', () => {
   it('accepts TaskReopened for a newer attempt and leaves the new attempt unassigned, keeping the attempt', () => {
-    const state = given(taskAssigned(alice), labelSubmitted(alice), qaRejected(1));
-    const command = observe(taskReopened(2));
-
-    const decision = decide(command, state);
+    const { decision, state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice), qaRejected(1)), taskReopened(2));
 
     expect(decision).toEqual({ ok: true, events: [] });
-    expect(after(state, command, decision).assignment).toEqual({ projectId, attempt: 2, annotatorId: null, leaseExpiresAt: null, version: 0 });
+    expect(state.assignment).toEqual({ projectId, attempt: 2, annotatorId: null, leaseExpiresAt: null, version: 0 });
   });
 
   it('keeps the assignment row version, so the repository can compare-and-set the cleared assignment', () => {
@@ -208,9 +174,8 @@ describe('label-svc: a task reopened for rework', () => {
 
   it('keeps attempt 1 rejected and marks attempt 2 accepted when the resubmission passes review', () => {
     const state = given(taskAssigned(alice), labelSubmitted(alice), qaRejected(1), taskReopened(2), taskAssigned(bob, 2), labelSubmitted(bob, 2));
-    const command = observe(qaPassed(2));
 
-    const next = after(state, command, decide(command, state));
+    const next = whenObserved(state, qaPassed(2)).state;
 
     expect(next.labels.map((l) => [l.attempt, l.annotatorId, l.status])).toEqual([
       [1, alice, 'rejected'],
@@ -275,10 +240,13 @@ describe('label-svc: a reopened task supersedes unreviewed labels', () => {
   });
 
   it('keeps superseded labels voided when their QaRejected arrives after the reopen', () => {
-    const { decision, state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice), taskReopened(2)), qaRejected(1));
+    const before = given(taskAssigned(alice), labelSubmitted(alice), taskReopened(2));
+
+    const { decision, state } = whenObserved(before, qaRejected(1));
 
     expect(rejectionCode(decision)).toBe('LABEL_VOIDED');
     expect(statuses(state)).toEqual([[1, 'voided', 'SUPERSEDED']]);
+    expect(statuses(givenFrom(before, qaRejected(1)))).toEqual([[1, 'voided', 'SUPERSEDED']]);
   });
 
   it('voids billed labels of an attempt as SUPERSEDED when billing refunds it as superseded', () => {
@@ -295,6 +263,7 @@ describe('label-svc: a reopened task supersedes unreviewed labels', () => {
 
     expect(rejectionCode(decision)).toBe('NOTHING_TO_UNDO');
     expect(next).toBe(state);
+    expect(givenFrom(state, billingRefunded(1, 'TASK_CANCELLED'))).toBe(state);
   });
 });
 
@@ -331,6 +300,7 @@ describe('label-svc: a cancelled task', () => {
 
     expect(rejectionCode(decision)).toBe('TASK_CANCELLED');
     expect(state.assignment?.annotatorId).toBeNull();
+    expect(givenFrom(state, taskAssigned(alice)).assignment?.annotatorId).toBeNull();
     expect(rejectionCode(decide(submit(alice), state))).toBe('TASK_CANCELLED');
   });
 
@@ -341,6 +311,7 @@ describe('label-svc: a cancelled task', () => {
 
     expect(rejectionCode(decision)).toBe('TASK_CANCELLED');
     expect(statuses(next)).toEqual([[1, 'voided', 'CANCELLED']]);
+    expect(givenFrom(state, qaPassed(1))).toBe(state);
   });
 
   it.each([
@@ -400,13 +371,17 @@ describe('label-svc: billing outcomes', () => {
     expect(statuses(state)).toEqual([[1, 'voided', 'BILLING_FAILED']]);
     expect(rejectionCode(decision)).toBe('LABEL_VOIDED');
     expect(next).toBe(state);
+    expect(givenFrom(state, qaPassed(1))).toBe(state);
   });
 
   it('keeps the first void reason when billing fails for labels already voided for another reason', () => {
-    const { decision, state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice), qaTimedOut(1)), billingFailed(1));
+    const before = given(taskAssigned(alice), labelSubmitted(alice), qaTimedOut(1));
+
+    const { decision, state } = whenObserved(before, billingFailed(1));
 
     expect(rejectionCode(decision)).toBe('LABEL_VOIDED');
     expect(statuses(state)).toEqual([[1, 'voided', 'QA_TIMED_OUT']]);
+    expect(statuses(givenFrom(before, billingFailed(1)))).toEqual([[1, 'voided', 'QA_TIMED_OUT']]);
   });
 
   it('accepts the labels again when BillingCompleted follows a BillingFailed (an admin retried billing)', () => {
@@ -426,10 +401,13 @@ describe('label-svc: billing outcomes', () => {
   });
 
   it('does not revive labels voided for another reason when billing completes', () => {
-    const { decision, state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice), taskReopened(2)), billingCompleted(1));
+    const before = given(taskAssigned(alice), labelSubmitted(alice), taskReopened(2));
+
+    const { decision, state } = whenObserved(before, billingCompleted(1));
 
     expect(rejectionCode(decision)).toBe('LABEL_VOIDED');
     expect(statuses(state)).toEqual([[1, 'voided', 'SUPERSEDED']]);
+    expect(statuses(givenFrom(before, billingCompleted(1)))).toEqual([[1, 'voided', 'SUPERSEDED']]);
   });
 
   it('rejects a billing outcome for an attempt without labels with LABEL_UNKNOWN', () => {

@@ -1,15 +1,15 @@
 import type { TaskId } from '@labelflow/contracts';
-import { execute, type PoolClient } from '@labelflow/service-kit';
+import { execute, type PoolClient, type StateStore } from '@labelflow/service-kit';
 import { decide, type LabelCommand } from './decide';
 import { loadLabelTask, saveLabelTask } from './repository';
-import { evolve } from './state';
+import { evolve, type LabelTaskState } from './state';
 
 // The assignment's compare-and-set is the first write of a save, so a lost race wrote nothing and
 // the command can be decided again on the assignment that won.
-const store = { load: (tx: PoolClient, taskId: string) => loadLabelTask(tx, taskId as TaskId), save: saveLabelTask, conflictRetries: 3 };
+const store: StateStore<LabelTaskState, TaskId> = { load: (tx, taskId) => loadLabelTask(tx, taskId), save: saveLabelTask, conflictRetries: 3 };
 export const decider = { decide, evolve };
 
-export function executeLabel(tx: PoolClient, command: LabelCommand) {
-  if (command.type === 'Observe') return execute(tx, { decider, store }, command.event.taskId, command, [command.event]);
+/** Runs a request's command in the caller's transaction; consumed events go through reactions.ts. */
+export function executeLabel(tx: PoolClient, command: Exclude<LabelCommand, { type: 'Observe' }>) {
   return execute(tx, { decider, store }, command.taskId, command);
 }

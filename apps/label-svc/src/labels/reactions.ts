@@ -1,10 +1,10 @@
-import { eventConsumer, fold, preloadedStore, type ServiceContext } from '@labelflow/service-kit';
+import { eventConsumer, observer, preloadedStore, type ServiceContext } from '@labelflow/service-kit';
 import type { LabelSvcConfig } from '../config';
 import { decider } from './execute';
 import { loadLabelTasksForUpdate, saveLabelTasks } from './repository';
-import type { LabelObservedEvent, LabelTaskState } from './state';
+import type { LabelTaskState } from './state';
 
-const observe = (event: LabelObservedEvent, state: LabelTaskState) => fold(decider, state, { type: 'Observe', event }, [event]);
+const observe = observer(decider);
 
 /**
  * label-svc learns assignments (their lease, their end when a task is reopened, the task's

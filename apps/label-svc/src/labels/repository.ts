@@ -53,13 +53,13 @@ export async function loadLabelTask(db: Queryable, taskId: TaskId, lock = true):
 }
 
 /** Loads a batch's tasks with one query per table, locking their assignment rows in task id order. */
-export async function loadLabelTasksForUpdate(tx: Queryable, taskIds: readonly string[]): Promise<Map<string, LabelTaskState>> {
+export async function loadLabelTasksForUpdate(tx: Queryable, taskIds: readonly TaskId[]): Promise<Map<string, LabelTaskState>> {
   const a = await tx.query<AssignmentRow & { task_id: string }>(
     'SELECT task_id, project_id, attempt, annotator_id, lease_expires_at, cancelled_at, version FROM assignments WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE',
     [taskIds],
   );
   const l = await tx.query<LabelRow & { task_id: string }>(`SELECT task_id, ${labelColumns} FROM labels WHERE task_id = ANY($1::text[]) ORDER BY task_id, attempt`, [taskIds]);
-  const states = new Map<string, LabelTaskState>(taskIds.map((id) => [id, emptyState(id as TaskId)]));
+  const states = new Map<string, LabelTaskState>(taskIds.map((id) => [id, emptyState(id)]));
   for (const row of a.rows) states.set(row.task_id, { ...states.get(row.task_id)!, assignment: toAssignment(row), cancelled: row.cancelled_at != null });
   for (const row of l.rows) {
     const state = states.get(row.task_id)!;

@@ -1,19 +1,4 @@
-import type {
-  Annotation,
-  AnnotatorId,
-  BillingCompleted,
-  BillingFailed,
-  BillingRefunded,
-  LabelSubmitted,
-  ProjectId,
-  QaPassed,
-  QaRejected,
-  QaTimedOut,
-  TaskAssigned,
-  TaskCancelled,
-  TaskId,
-  TaskReopened,
-} from '@labelflow/contracts';
+import type { Annotation, AnnotatorId, BillingCompleted, BillingFailed, BillingRefunded, LabelSubmitted, ProjectId, QaPassed, QaRejected, QaTimedOut, TaskAssigned, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
 
 export const LabelStatus = { submitted: 'submitted', accepted: 'accepted', rejected: 'rejected', voided: 'voided' } as const;
@@ -70,14 +55,10 @@ export const labelOf = (state: LabelTaskState, attempt: number): Label | undefin
 /** Normalised so a replayed assignment compares equal to the stored one (the database returns UTC). */
 const isoOrNull = (iso: string | undefined): string | null => (iso === undefined ? null : new Date(iso).toISOString());
 
+/** Applies `change` to every label; the state stays identical (evolve's no-op) when no label changed. */
 const updateLabels = (state: LabelTaskState, change: (label: Label) => Label): LabelTaskState => {
-  let changed = false;
-  const labels = state.labels.map((l) => {
-    const next = change(l);
-    if (next !== l) changed = true;
-    return next;
-  });
-  return changed ? { ...state, labels } : state;
+  const labels = state.labels.map(change);
+  return labels.some((label, i) => label !== state.labels[i]) ? { ...state, labels } : state;
 };
 
 const toStatus = (label: Label, status: LabelStatus): Label => (label.status === status && label.voidReason === null ? label : { ...label, status, voidReason: null });

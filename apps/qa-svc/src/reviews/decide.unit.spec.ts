@@ -1,22 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import type {
-  AnnotatorId,
-  BillingCompleted,
-  BillingFailed,
-  BillingRefunded,
-  LabelSubmitted,
-  ProjectId,
-  QaPassed,
-  QaRejected,
-  QaStarted,
-  QaTimedOut,
-  ReviewerId,
-  TaskCancelled,
-  TaskId,
-  TaskReopened,
-} from '@labelflow/contracts';
+import type { AnnotatorId, BillingCompleted, BillingFailed, BillingRefunded, LabelSubmitted, ProjectId, QaPassed, QaRejected, QaStarted, QaTimedOut, ReviewerId, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
-import { decide, type ReviewCommand, type ReviewDecisionResult } from './decide';
+import { deciderSpec } from '@labelflow/testing';
+import { decide, type ReviewCommand } from './decide';
 import { emptyState, evolve, type ReviewDeadlineSet, type ReviewObservedEvent, type ReviewStateEvent, type ReviewTaskState } from './state';
 
 const taskId = '11111111-1111-4111-8111-111111111111' as TaskId;
@@ -65,19 +51,15 @@ const billingRefunded = (attempt: number, reason: BillingRefunded['payload']['re
 
 /** A review opened at t0 as the service opens it: QaStarted and its deadline. */
 const opened = (attempt = 1, annotatorId: AnnotatorId = alice): ReviewStateEvent[] => [qaStarted(attempt, annotatorId), deadlineSet(attempt)];
-const given = (...events: (ReviewStateEvent | ReviewStateEvent[])[]): ReviewTaskState => events.flat().reduce(evolve, emptyState(taskId));
+/** Labels open a review and a reopen or a billing outcome is observed: each such event is folded in before the decided ones. */
+const spec = deciderSpec({ decide, evolve }, { initial: () => emptyState(taskId), observed: (c) => (c.type === 'OpenReview' || c.type === 'Observe' ? [c.event] : []) });
+const { when, rejectionCode } = spec;
+const given = (...events: (ReviewStateEvent | ReviewStateEvent[])[]): ReviewTaskState => spec.given(...events.flat());
 const open = (attempt = 1, now = t0, annotatorId: AnnotatorId = alice): ReviewCommand => ({ type: 'OpenReview', event: labelSubmitted(attempt, annotatorId), now, slaMs });
 const approve = (): ReviewCommand => ({ type: 'DecideReview', taskId, reviewerId: reviewer, decision: 'approve' });
 const rejectWith = (reason?: string): ReviewCommand => ({ type: 'DecideReview', taskId, reviewerId: reviewer, decision: 'reject', ...(reason === undefined ? {} : { reason }) });
 const timeOut = (now: Date): ReviewCommand => ({ type: 'TimeOutReview', taskId, now });
 const observe = (event: ReviewObservedEvent): ReviewCommand => ({ type: 'Observe', event });
-const rejectionCode = (decision: ReviewDecisionResult) => (decision.ok ? undefined : decision.reason.code);
-/** When: the command is executed as `execute` does (decide, then fold the observed event and the decided ones). */
-const when = (state: ReviewTaskState, command: ReviewCommand) => {
-  const decision = decide(command, state);
-  const observed: ReviewStateEvent[] = command.type === 'OpenReview' || command.type === 'Observe' ? [command.event] : [];
-  return { decision, state: decision.ok ? [...observed, ...decision.events].reduce(evolve, state) : state };
-};
 const statuses = (state: ReviewTaskState) => state.reviews.map((r) => [r.attempt, r.status, r.closeReason]);
 
 describe('qa-svc: opening reviews', () => {

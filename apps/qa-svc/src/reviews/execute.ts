@@ -1,10 +1,10 @@
 import type { QaEvent, TaskId } from '@labelflow/contracts';
-import { execute, type EventDraft, type Executed, type PoolClient } from '@labelflow/service-kit';
+import { execute, type EventDraft, type Executed, type PoolClient, type StateStore } from '@labelflow/service-kit';
 import { decide, type ReviewCommand, type ReviewDecidedEvent, type ReviewRejection } from './decide';
 import { loadReviews, saveReviews } from './repository';
 import { evolve, type ReviewTaskState } from './state';
 
-const store = { load: (tx: PoolClient, taskId: string) => loadReviews(tx, taskId as TaskId), save: saveReviews };
+const store: StateStore<ReviewTaskState, TaskId> = { load: (tx, taskId) => loadReviews(tx, taskId), save: saveReviews };
 export const decider = { decide, evolve };
 
 /** Local records (the review deadline) are folded into the state but never published. */

@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { decodeCursor, encodeCursor, migrate } from '@labelflow/service-kit';
-import { createTestDatabase, createTestPool, uniqueName } from '@labelflow/testing';
+import type { AnnotatorId, ProjectId, ReviewerId, TaskId } from '@labelflow/contracts';
+import { decodeCursor, encodeCursor, migrate, withTransaction } from '@labelflow/service-kit';
+import { createTestDatabase, createTestPool, eventually, freshSnowflake, latch, uniqueName, freshDatabase } from '@labelflow/testing';
 import { migrations } from '../migrations';
-import { listReviewRows, pageReviewRows, ReviewListPosition, type ReviewListFilter } from './repository';
+import { claimDueReviews, isCancelled, listReviewRows, loadReviews, loadReviewsForUpdate, pageReviewRows, ReviewListPosition, saveReviews, saveReviewsMany, type ReviewListFilter } from './repository';
+import { emptyState, evolve, type Review, type ReviewTaskState } from './state';
 
 const infra = inject('infra');
 
@@ -129,5 +131,189 @@ describe('qa-svc review list keyset pages', () => {
     const { keys, pages } = await walk({ projectIds: [projectA], limit });
     expect(keys).toHaveLength(total);
     expect(pages).toBe(total / limit);
+  });
+});
+
+
+describe('qa-svc review repository', () => {
+  let pool: pg.Pool;
+  const projectId = randomUUID() as ProjectId;
+  const db = freshDatabase(infra.pgUrl, 'reviewrepo', (p) => migrate(p, migrations));
+  beforeAll(async () => void (pool = await db.open()));
+  afterAll(() => db.close());
+
+  const newTaskId = () => freshSnowflake() as TaskId;
+  const review = (attempt: number, over: Partial<Review> = {}): Review => ({
+    attempt,
+    projectId,
+    annotatorId: 'ann-1' as AnnotatorId,
+    status: 'pending',
+    reviewerId: null,
+    reason: null,
+    deadlineAt: '2030-01-01T00:00:00.000Z',
+    closeReason: null,
+    ...over,
+  });
+  /** Saves `next` over what the task has now, in one transaction that takes the task's lock first, as every writer does. */
+  const write = (taskId: TaskId, change: (current: ReviewTaskState) => ReviewTaskState) =>
+    withTransaction(pool, async (tx) => {
+      const current = await loadReviews(tx, taskId);
+      const next = change(current);
+      await saveReviews(tx, current, next);
+      return next;
+    });
+  const read = (taskId: TaskId) => loadReviews(pool, taskId, false);
+  const decidedAt = async (taskId: TaskId, attempt: number) =>
+    (await pool.query<{ decided_at: Date | null }>('SELECT decided_at FROM reviews WHERE task_id = $1 AND attempt = $2', [taskId, attempt])).rows[0]?.decided_at;
+  /** Resolves once a session of this test's database waits for a lock another transaction holds. */
+  const someoneWaitsForALock = () =>
+    eventually(async () => {
+      const { rows } = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'");
+      expect(rows[0]?.n).toBe(1);
+    });
+
+  it("creates the task's row on a locking load, and a read without the lock creates nothing", async () => {
+    const [readOnly, locked] = [newTaskId(), newTaskId()];
+    expect(await read(readOnly)).toEqual(emptyState(readOnly));
+    expect((await pool.query('SELECT 1 FROM review_tasks WHERE task_id = $1', [readOnly])).rowCount).toBe(0);
+    expect(await withTransaction(pool, (tx) => loadReviews(tx, locked))).toEqual(emptyState(locked));
+    expect((await pool.query('SELECT 1 FROM review_tasks WHERE task_id = $1', [locked])).rowCount).toBe(1);
+  });
+
+  it('loads reviews as saved, oldest attempt first, with the decision time set when a status changes and kept when it does not', async () => {
+    const taskId = newTaskId();
+    await write(taskId, (s) => ({ ...s, reviews: [review(1)] }));
+    expect(await read(taskId)).toEqual({ ...emptyState(taskId), reviews: [review(1)] });
+    expect(await decidedAt(taskId, 1)).toBeNull();
+
+    const passed = review(1, { status: 'passed', reviewerId: 'rev-1' as ReviewerId });
+    await write(taskId, (s) => ({ ...s, reviews: [passed] }));
+    const firstDecision = await decidedAt(taskId, 1);
+    expect(firstDecision).toBeInstanceOf(Date);
+    // Written again with the same status (a new object, so it is saved): the decision time stays.
+    await write(taskId, (s) => ({ ...s, reviews: [{ ...passed }] }));
+    expect(await decidedAt(taskId, 1)).toEqual(firstDecision);
+
+    const revoked = review(1, { status: 'revoked', reviewerId: 'rev-1' as ReviewerId, closeReason: 'SUPERSEDED' });
+    await write(taskId, (s) => ({ ...s, reopenedAttempt: 2, reviews: [revoked, review(2, { annotatorId: 'ann-2' as AnnotatorId })] }));
+    expect(await read(taskId)).toEqual({ ...emptyState(taskId), reopenedAttempt: 2, reviews: [revoked, review(2, { annotatorId: 'ann-2' as AnnotatorId })] });
+    expect((await decidedAt(taskId, 1))!.getTime()).toBeGreaterThanOrEqual(firstDecision!.getTime());
+  });
+
+  it("serializes two writers of one task on its row, even before it has one: the second waits, then loads what the first saved", async () => {
+    const taskId = newTaskId();
+    const [firstSaved, commit] = [latch(), latch()];
+    const first = withTransaction(pool, async (tx) => {
+      const current = await loadReviews(tx, taskId);
+      await saveReviews(tx, current, { ...current, reviews: [review(1)] });
+      firstSaved.open();
+      await commit.opened;
+    });
+    await firstSaved.opened;
+    const second = withTransaction(pool, (tx) => loadReviews(tx, taskId));
+    await someoneWaitsForALock();
+    commit.open();
+    await first;
+    expect(await second).toEqual({ ...emptyState(taskId), reviews: [review(1)] });
+  });
+
+  it("takes, for a batch, the same task locks a single writer takes: a decision on one of its tasks waits for the batch's commit", async () => {
+    const [a, b] = [newTaskId(), newTaskId()];
+    await write(b, (s) => ({ ...s, reviews: [review(1)] }));
+    const [locked, commit] = [latch(), latch()];
+    const batch = withTransaction(pool, async (tx) => {
+      const states = await loadReviewsForUpdate(tx, [b, a]);
+      locked.open();
+      const changes = [a, b].map((id) => ({ before: states.get(id)!, after: evolve(states.get(id)!, { type: 'TaskReopened', version: 1, taskId: id, projectId, attempt: 2, payload: { reason: 'QA_TIMED_OUT', previousAttempt: 1, previousAnnotatorId: null } }) }));
+      await saveReviewsMany(tx, changes);
+      await commit.opened;
+    });
+    await locked.opened;
+    const decision = withTransaction(pool, (tx) => loadReviews(tx, b));
+    await someoneWaitsForALock();
+    commit.open();
+    await batch;
+    expect(await decision).toEqual({ ...emptyState(b), reopenedAttempt: 2, reviews: [review(1, { status: 'voided', closeReason: 'SUPERSEDED' })] });
+    expect(await read(a)).toEqual({ ...emptyState(a), reopenedAttempt: 2 });
+  });
+
+  it("loads a batch with one query per table: a row made for each task it did not know, and each task's reviews in attempt order", async () => {
+    const [known, unknown] = [newTaskId(), newTaskId()];
+    await write(known, (s) => ({ ...s, reviews: [review(2), review(1, { status: 'rejected', reviewerId: 'rev-1' as ReviewerId, reason: 'blurry' })] }));
+    const states = await withTransaction(pool, (tx) => loadReviewsForUpdate(tx, [unknown, known]));
+    expect(states.get(unknown)).toEqual(emptyState(unknown));
+    expect(states.get(known)?.reviews.map((r) => [r.attempt, r.status])).toEqual([
+      [1, 'rejected'],
+      [2, 'pending'],
+    ]);
+    expect((await pool.query('SELECT 1 FROM review_tasks WHERE task_id = $1', [unknown])).rowCount).toBe(1);
+  });
+
+  it("saves a batch's changed reviews in one upsert and leaves unchanged ones as they were", async () => {
+    const [a, b] = [newTaskId(), newTaskId()];
+    await write(a, (s) => ({ ...s, reviews: [review(1)] }));
+    await write(b, (s) => ({ ...s, reviews: [review(1, { status: 'passed', reviewerId: 'rev-1' as ReviewerId })] }));
+    const bDecidedAt = await decidedAt(b, 1);
+    await withTransaction(pool, async (tx) => {
+      const states = await loadReviewsForUpdate(tx, [a, b]);
+      await saveReviewsMany(tx, [
+        { before: states.get(a)!, after: { ...states.get(a)!, reviews: [review(1, { status: 'timed_out' })] } },
+        { before: states.get(b)!, after: states.get(b)! },
+      ]);
+    });
+    expect((await read(a)).reviews).toEqual([review(1, { status: 'timed_out' })]);
+    expect((await read(b)).reviews).toEqual([review(1, { status: 'passed', reviewerId: 'rev-1' as ReviewerId })]);
+    expect(await decidedAt(b, 1)).toEqual(bDecidedAt);
+  });
+
+  it('keeps a tombstone for a task cancelled before qa-svc saw its labels, and the first cancellation time through later saves', async () => {
+    const taskId = newTaskId();
+    await withTransaction(pool, async (tx) => {
+      const before = (await loadReviewsForUpdate(tx, [taskId])).get(taskId)!;
+      const after = evolve(before, { type: 'TaskCancelled', version: 1, taskId, projectId, attempt: 1, payload: { reason: 'no longer needed', cancelledBy: 'manager-1', previousStatus: 'open' } });
+      await saveReviewsMany(tx, [{ before, after }]);
+    });
+    expect(await read(taskId)).toEqual({ ...emptyState(taskId), cancelled: true });
+    expect(await isCancelled(pool, taskId)).toBe(true);
+    const cancelledAt = async () => (await pool.query<{ cancelled_at: Date }>('SELECT cancelled_at FROM review_tasks WHERE task_id = $1', [taskId])).rows[0]?.cancelled_at;
+    const first = await cancelledAt();
+    await write(taskId, (s) => ({ ...s, reopenedAttempt: 4 }));
+    expect(await cancelledAt()).toEqual(first);
+    expect(await read(taskId)).toEqual({ ...emptyState(taskId), cancelled: true, reopenedAttempt: 4 });
+    expect(await isCancelled(pool, newTaskId())).toBe(false);
+  });
+
+  it('records a TaskReopened that arrives before the task has a review, so labels of the older attempt are known to be stale', async () => {
+    const taskId = newTaskId();
+    await withTransaction(pool, async (tx) => {
+      const before = (await loadReviewsForUpdate(tx, [taskId])).get(taskId)!;
+      const after = evolve(before, { type: 'TaskReopened', version: 1, taskId, projectId, attempt: 3, payload: { reason: 'LEASE_EXPIRED', previousAttempt: 2, previousAnnotatorId: 'ann-1' as AnnotatorId } });
+      await saveReviewsMany(tx, [{ before, after }]);
+    });
+    expect(await read(taskId)).toEqual({ ...emptyState(taskId), reopenedAttempt: 3 });
+  });
+
+  it("claims the tasks whose latest review is pending past its deadline, oldest first, each for one sweeper at a time", async () => {
+    const now = new Date('2029-01-01T00:00:00.000Z');
+    const at = (ms: number) => new Date(now.getTime() + ms).toISOString();
+    const [oldest, due, notYet, superseded, decided] = [newTaskId(), newTaskId(), newTaskId(), newTaskId(), newTaskId()];
+    await write(oldest, (s) => ({ ...s, reviews: [review(1, { deadlineAt: at(-60_000) })] }));
+    await write(due, (s) => ({ ...s, reviews: [review(1, { deadlineAt: at(-1_000) })] }));
+    await write(notYet, (s) => ({ ...s, reviews: [review(1, { deadlineAt: at(60_000) })] }));
+    // Only the latest attempt's review counts: an older pending one whose attempt moved on is not due.
+    await write(superseded, (s) => ({ ...s, reviews: [review(1, { deadlineAt: at(-90_000) }), review(2, { deadlineAt: at(60_000) })] }));
+    await write(decided, (s) => ({ ...s, reviews: [review(1, { status: 'passed', reviewerId: 'rev-1' as ReviewerId, deadlineAt: at(-90_000) })] }));
+    const [claimed, done] = [latch(), latch()];
+    const first = withTransaction(pool, async (tx) => {
+      const mine = await claimDueReviews(tx, 1, now);
+      claimed.open();
+      await done.opened;
+      return mine;
+    });
+    await claimed.opened;
+    const second = await withTransaction(pool, (tx) => claimDueReviews(tx, 10, now));
+    done.open();
+    expect(await first).toEqual([oldest]);
+    expect(second).toEqual([due]);
   });
 });

@@ -53,11 +53,11 @@ export async function loadReviews(db: Queryable, taskId: TaskId, lock = true): P
  * Loads a batch's tasks with one query per table, first making sure each has its review_tasks row
  * and locking those rows in task id order: the same lock every single-task writer takes.
  */
-export async function loadReviewsForUpdate(tx: Queryable, taskIds: readonly string[]): Promise<Map<string, ReviewTaskState>> {
+export async function loadReviewsForUpdate(tx: Queryable, taskIds: readonly TaskId[]): Promise<Map<string, ReviewTaskState>> {
   await tx.query('INSERT INTO review_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [taskIds]);
   const tasks = await tx.query<ReviewTaskRow & { task_id: string }>('SELECT task_id, reopened_attempt, cancelled_at FROM review_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [taskIds]);
   const reviews = await tx.query<ReviewRow & { task_id: string }>('SELECT * FROM reviews WHERE task_id = ANY($1::text[]) ORDER BY task_id, attempt', [taskIds]);
-  const states = new Map<string, ReviewTaskState>(taskIds.map((id) => [id, emptyState(id as TaskId)]));
+  const states = new Map<string, ReviewTaskState>(taskIds.map((id) => [id, emptyState(id)]));
   for (const row of tasks.rows) states.set(row.task_id, { ...states.get(row.task_id)!, reopenedAttempt: row.reopened_attempt, cancelled: row.cancelled_at != null });
   for (const row of reviews.rows) {
     const state = states.get(row.task_id)!;

@@ -1,19 +1,4 @@
-import type {
-  AnnotatorId,
-  BillingCompleted,
-  BillingFailed,
-  BillingRefunded,
-  LabelSubmitted,
-  ProjectId,
-  QaPassed,
-  QaRejected,
-  QaStarted,
-  QaTimedOut,
-  ReviewerId,
-  TaskCancelled,
-  TaskId,
-  TaskReopened,
-} from '@labelflow/contracts';
+import type { AnnotatorId, BillingCompleted, BillingFailed, BillingRefunded, LabelSubmitted, ProjectId, QaPassed, QaRejected, QaStarted, QaTimedOut, ReviewerId, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
 
 export const ReviewStatus = {
@@ -79,15 +64,10 @@ export const reviewOf = (state: ReviewTaskState, attempt: number): Review | unde
 /** The newest attempt qa-svc knows of, from a review or from a reopen. */
 export const knownAttempt = (state: ReviewTaskState): number => Math.max(state.reopenedAttempt, latestReview(state)?.attempt ?? 0);
 
-/** Applies `change` to every review; keeps the state (and unchanged reviews) identical otherwise. */
+/** Applies `change` to every review; the state stays identical (evolve's no-op) when no review changed. */
 const updateReviews = (state: ReviewTaskState, change: (review: Review) => Review): ReviewTaskState => {
-  let changed = false;
-  const reviews = state.reviews.map((r) => {
-    const next = change(r);
-    if (next !== r) changed = true;
-    return next;
-  });
-  return changed ? { ...state, reviews } : state;
+  const reviews = state.reviews.map(change);
+  return reviews.some((review, i) => review !== state.reviews[i]) ? { ...state, reviews } : state;
 };
 
 /** Changes the review of `attempt` if it is in status `from`. */

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { AnnotatorId, BillingCompleted, BillingFailed, LabelSubmitted, QaTimedOut, ProjectId, QaPassed, QaRejected, QaStarted, ReviewerId, TaskAssigned, TaskCompleted, TaskCreated, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
+import { deciderSpec } from '@labelflow/testing';
 import { decide, type TaskCommand, type TaskDecision } from './decide';
 import { evolve, type ObservedEvent, type TaskState, type TaskStateEvent } from './state';
 
@@ -37,17 +38,11 @@ const taskReopened = (attempt: number, previousAnnotatorId: AnnotatorId | null =
 });
 const taskCompleted = (attempt = 1, annotatorId: AnnotatorId = alice): EventDraft<TaskCompleted> => ({ ...envelope(attempt), type: 'TaskCompleted', payload: { annotatorId } });
 
-/** Given: the state folded from past events, exactly as the service would have stored it. */
-const given = (...events: TaskStateEvent[]): TaskState | null => events.reduce<TaskState | null>(evolve, null);
+/** A task that does not exist yet is null; an observed event is folded in before the decided ones. */
+const { given, givenFrom, when, rejectionCode } = deciderSpec({ decide, evolve }, { initial: () => null, observed: (c) => (c.type === 'Observe' ? [c.event] : []) });
 const observe = (event: ObservedEvent): TaskCommand => ({ type: 'Observe', event });
 const now = new Date('2026-01-01T00:00:00.000Z');
 const claim = (annotatorId: AnnotatorId): TaskCommand => ({ type: 'ClaimTask', taskId, annotatorId, now, leaseMs: 60_000 });
-/** The state after an accepted command: observed event first, then the decided events (as `execute` folds). */
-const after = (state: TaskState | null, command: TaskCommand, decision: TaskDecision): TaskState | null => {
-  const observed: TaskStateEvent[] = command.type === 'Observe' ? [command.event] : [];
-  return [...observed, ...(decision.ok ? decision.events : [])].reduce<TaskState | null>(evolve, state);
-};
-const rejectionCode = (decision: TaskDecision) => (decision.ok ? undefined : decision.reason.code);
 
 describe('task-svc: creating a task', () => {
   it('emits TaskCreated for attempt 1 when the task does not exist yet', () => {
@@ -107,23 +102,17 @@ describe('task-svc: observing the saga', () => {
     ['QaStarted', qaStarted(), 'in_review'],
     ['QaPassed', qaPassed(), 'approved'],
   ] as const)('accepts %s silently and moves the task to %s', (_type, event, status) => {
-    const state = given(taskCreated(), taskAssigned(alice));
-    const command = observe(event);
-
-    const decision = decide(command, state);
+    const { decision, state } = when(given(taskCreated(), taskAssigned(alice)), observe(event));
 
     expect(decision).toEqual({ ok: true, events: [] });
-    expect(after(state, command, decision)?.status).toBe(status);
+    expect(state?.status).toBe(status);
   });
 
   it('keeps an approved task approved when a late LabelSubmitted arrives after QaPassed', () => {
-    const state = given(taskCreated(), taskAssigned(alice), qaPassed());
-    const command = observe(labelSubmitted());
-
-    const decision = decide(command, state);
+    const { decision, state } = when(given(taskCreated(), taskAssigned(alice), qaPassed()), observe(labelSubmitted()));
 
     expect(decision).toEqual({ ok: true, events: [] });
-    expect(after(state, command, decision)?.status).toBe('approved');
+    expect(state?.status).toBe('approved');
   });
 
   it('emits exactly one TaskCompleted when billing completes, crediting the billed annotator', () => {
@@ -135,9 +124,7 @@ describe('task-svc: observing the saga', () => {
   });
 
   it('emits nothing for a second BillingCompleted once the task is completed', () => {
-    const state = given(taskCreated(), taskAssigned(alice), qaPassed());
-    const first = observe(billingCompleted());
-    const completed = after(state, first, decide(first, state));
+    const completed = when(given(taskCreated(), taskAssigned(alice), qaPassed()), observe(billingCompleted())).state;
 
     const decision = decide(observe(billingCompleted()), completed);
 
@@ -182,12 +169,9 @@ describe('task-svc: reopening a task that QA rejected', () => {
   });
 
   it('moves the task back to open, unassigned, on the new attempt when the rejection and TaskReopened are folded', () => {
-    const state = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted());
-    const command = observe(qaRejected(1));
+    const { state } = when(given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted()), observe(qaRejected(1)));
 
-    const next = after(state, command, decide(command, state));
-
-    expect(next).toMatchObject({ status: 'open', attempt: 2, assignee: null });
+    expect(state).toMatchObject({ status: 'open', attempt: 2, assignee: null });
   });
 
   it('rejects a QaRejected for an older attempt with STALE_ATTEMPT instead of reopening the task', () => {
@@ -199,14 +183,13 @@ describe('task-svc: reopening a task that QA rejected', () => {
   });
 
   it('emits nothing for a second QaRejected of the same attempt once the task was reopened', () => {
-    const state = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted());
-    const first = observe(qaRejected(1));
-    const reopened = after(state, first, decide(first, state));
+    const reopened = when(given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted()), observe(qaRejected(1))).state;
 
-    const decision = decide(observe(qaRejected(1)), reopened);
+    const second = when(reopened, observe(qaRejected(1)));
 
-    expect(rejectionCode(decision)).toBe('STALE_ATTEMPT');
-    expect(after(reopened, observe(qaRejected(1)), decision)).toEqual(reopened);
+    expect(second.rejection).toBe('STALE_ATTEMPT');
+    expect(second.state).toEqual(reopened);
+    expect(givenFrom(reopened, qaRejected(1))).toEqual(reopened);
   });
 
   it('rejects a QaRejected that contradicts an approval with TASK_NOT_REOPENABLE, so a paid task is never billed again', () => {
@@ -318,14 +301,14 @@ describe('task-svc: compensations', () => {
     const state = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted(), qaPassed());
     const decision = decide(observe(billingFailed()), state);
     expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'TaskFailed', payload: { reason: 'BILLING_FAILED', detail: 'INSUFFICIENT_BUDGET: balance 100 < price 250' } }] });
-    expect(after(state, observe(billingFailed()), decision)).toMatchObject({ status: 'failed', reason: 'INSUFFICIENT_BUDGET: balance 100 < price 250' });
+    expect(when(state, observe(billingFailed())).state).toMatchObject({ status: 'failed', reason: 'INSUFFICIENT_BUDGET: balance 100 < price 250' });
   });
 
   it('completes a failed task when a retried billing succeeds after a top-up', () => {
     const failed = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaPassed(), billingFailed(), { ...envelope(1), type: 'TaskFailed', payload: { reason: 'BILLING_FAILED', detail: 'x' } });
     const decision = decide(observe(billingCompleted()), failed);
     expect(eventTypes(decision)).toEqual(['TaskCompleted']);
-    expect(after(failed, observe(billingCompleted()), decision)).toMatchObject({ status: 'completed', reason: null });
+    expect(when(failed, observe(billingCompleted())).state).toMatchObject({ status: 'completed', reason: null });
   });
 
   it('cancels a task at any stage and remembers the stage it was in', () => {

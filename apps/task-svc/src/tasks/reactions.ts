@@ -1,10 +1,10 @@
-import { eventConsumer, fold, preloadedStore, type ServiceContext } from '@labelflow/service-kit';
+import { eventConsumer, observer, preloadedStore, type ServiceContext } from '@labelflow/service-kit';
 import type { TaskSvcConfig } from '../config';
 import { decider } from './execute';
 import { loadTasksForUpdate, saveTasks } from './repository';
-import type { ObservedEvent, TaskState } from './state';
+import type { TaskState } from './state';
 
-const observe = (event: ObservedEvent, state: TaskState | null) => fold(decider, state, { type: 'Observe', event }, [event]);
+const observe = observer(decider);
 
 /**
  * task-svc follows the saga's progress, reopens the task for rework when QA rejects it, and

@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { decodeCursor, encodeCursor, migrate } from '@labelflow/service-kit';
-import { createTestDatabase, createTestPool, uniqueName } from '@labelflow/testing';
+import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
+import { decodeCursor, encodeCursor, migrate, ServiceKitErrors, withTransaction } from '@labelflow/service-kit';
+import { createTestDatabase, createTestPool, eventually, freshSnowflake, latch, uniqueName, freshDatabase } from '@labelflow/testing';
 import { migrations } from '../migrations';
-import { listTasks, TaskListPosition, type TaskListFilter } from './repository';
+import { claimExpiredLeases, listTasks, loadTask, loadTasksForUpdate, saveTask, saveTasks, TaskListPosition, type TaskListFilter } from './repository';
+import type { TaskState } from './state';
 
 const infra = inject('infra');
 
@@ -135,5 +137,164 @@ describe('task-svc listTasks keyset pages', () => {
     const { ids, pages } = await walk({ projectIds: [projectB], limit });
     expect(ids).toHaveLength(total);
     expect(pages).toBe(total / limit);
+  });
+});
+
+
+describe('task-svc task repository', () => {
+  let pool: pg.Pool;
+  const db = freshDatabase(infra.pgUrl, 'taskrepo', (p) => migrate(p, migrations));
+  beforeAll(async () => void (pool = await db.open()));
+  afterAll(() => db.close());
+
+  let numbered = 0;
+  const newTask = (over: Partial<TaskState> = {}): TaskState => ({
+    taskId: freshSnowflake() as TaskId,
+    projectId: randomUUID() as ProjectId,
+    title: 'Label the cats',
+    dataUri: 's3://bucket/cats/1.jpg',
+    taskNumber: `CAT-${++numbered}`,
+    status: 'open',
+    attempt: 1,
+    assignee: null,
+    leaseExpiresAt: null,
+    reason: null,
+    version: 1,
+    ...over,
+  });
+  const created = async (over: Partial<TaskState> = {}) => {
+    const task = newTask(over);
+    await saveTask(pool, task, null);
+    return task;
+  };
+  /** Resolves once a session of this test's database waits for a row lock another transaction holds. */
+  const someoneWaitsForALock = () =>
+    eventually(async () => {
+      const { rows } = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'");
+      expect(rows[0]?.n).toBe(1);
+    });
+
+  it('loads a saved task as it was saved, at version 1, and a compare-and-set save bumps the version', async () => {
+    const task = await created();
+    expect(await loadTask(pool, task.taskId)).toMatchObject(task);
+    // A lease given with an offset is stored as an instant and read back in UTC.
+    const assigned = { ...task, status: 'assigned' as const, attempt: 2, assignee: 'ann-1' as AnnotatorId, leaseExpiresAt: '2030-01-01T02:00:00.000+02:00' };
+    await saveTask(pool, assigned, 1);
+    const loaded = await loadTask(pool, task.taskId);
+    expect(loaded).toMatchObject({ ...assigned, leaseExpiresAt: '2030-01-01T00:00:00.000Z', version: 2 });
+    expect(loaded!.updatedAt.getTime()).toBeGreaterThanOrEqual(loaded!.createdAt.getTime());
+    expect(await loadTask(pool, freshSnowflake() as TaskId)).toBeNull();
+  });
+
+  it('refuses a save from a version that is no longer current with a retriable CONCURRENT_UPDATE, writing nothing', async () => {
+    const task = await created();
+    await saveTask(pool, { ...task, status: 'assigned', assignee: 'ann-1' as AnnotatorId }, 1);
+    await expect(saveTask(pool, { ...task, status: 'cancelled', reason: 'too late' }, 1)).rejects.toMatchObject({ code: ServiceKitErrors.CONCURRENT_UPDATE, retriable: true });
+    expect(await loadTask(pool, task.taskId)).toMatchObject({ status: 'assigned', reason: null, version: 2 });
+  });
+
+  it('lets only one of two transactions that loaded the same version save: the other waits for its commit, then gets CONCURRENT_UPDATE', async () => {
+    const task = await created();
+    const [firstLoaded, secondLoaded, firstSaved, commit] = [latch(), latch(), latch(), latch()];
+    const first = withTransaction(pool, async (tx) => {
+      const seen = (await loadTask(tx, task.taskId))!;
+      firstLoaded.open();
+      await secondLoaded.opened;
+      await saveTask(tx, { ...seen, status: 'assigned', assignee: 'ann-1' as AnnotatorId }, seen.version);
+      firstSaved.open();
+      await commit.opened;
+    });
+    const second = withTransaction(pool, async (tx) => {
+      await firstLoaded.opened;
+      const seen = (await loadTask(tx, task.taskId))!;
+      secondLoaded.open();
+      await firstSaved.opened;
+      await saveTask(tx, { ...seen, status: 'cancelled', reason: 'cancelled by an admin' }, seen.version);
+    });
+    await someoneWaitsForALock();
+    commit.open();
+    const [won, lost] = await Promise.allSettled([first, second]);
+    expect(won.status).toBe('fulfilled');
+    expect(lost).toMatchObject({ status: 'rejected', reason: { code: ServiceKitErrors.CONCURRENT_UPDATE, retriable: true } });
+    expect(await loadTask(pool, task.taskId)).toMatchObject({ status: 'assigned', assignee: 'ann-1', reason: null, version: 2 });
+  });
+
+  it("loads a batch's tasks with one query, null for a task it does not know, and locks them: a second batch waits and sees the first one's save", async () => {
+    const [a, b] = [await created(), await created()];
+    const unknown = freshSnowflake() as TaskId;
+    const locked = latch();
+    const commit = latch();
+    const first = withTransaction(pool, async (tx) => {
+      const batch = await loadTasksForUpdate(tx, [b.taskId, unknown, a.taskId]);
+      expect(batch.get(unknown)).toBeNull();
+      expect(batch.get(a.taskId)).toMatchObject(a);
+      locked.open();
+      await saveTasks(tx, [a, b].map((t) => ({ before: batch.get(t.taskId)!, after: { ...batch.get(t.taskId)!, status: 'labelled' as const } })));
+      await commit.opened;
+    });
+    await locked.opened;
+    const second = withTransaction(pool, (tx) => loadTasksForUpdate(tx, [a.taskId, b.taskId]));
+    await someoneWaitsForALock();
+    commit.open();
+    await first;
+    const seen = await second;
+    expect(seen.get(a.taskId)).toMatchObject({ status: 'labelled', version: 2 });
+    expect(seen.get(b.taskId)).toMatchObject({ status: 'labelled', version: 2 });
+  });
+
+  it("fails a batch's whole save with CONCURRENT_UPDATE when one of its tasks changed since the batch loaded it", async () => {
+    const [a, b] = [await created(), await created()];
+    await saveTask(pool, { ...b, status: 'cancelled', reason: 'cancelled meanwhile' }, 1);
+    const save = withTransaction(pool, (tx) =>
+      saveTasks(tx, [
+        { before: a, after: { ...a, status: 'labelled' } },
+        { before: b, after: { ...b, status: 'labelled' } },
+      ]),
+    );
+    await expect(save).rejects.toMatchObject({ code: ServiceKitErrors.CONCURRENT_UPDATE, retriable: true, message: expect.stringContaining('1 of 2 tasks') });
+    expect(await loadTask(pool, a.taskId)).toMatchObject({ status: 'open', version: 1 });
+    expect(await loadTask(pool, b.taskId)).toMatchObject({ status: 'cancelled', version: 2 });
+  });
+
+  it('inserts a task new to the table when a batch saves it, and leaves a task whose state became null alone', async () => {
+    const fresh = newTask({ status: 'labelled' });
+    const kept = await created();
+    await withTransaction(pool, (tx) =>
+      saveTasks(tx, [
+        { before: null, after: fresh },
+        { before: kept, after: null },
+        { before: null, after: null },
+      ]),
+    );
+    expect(await loadTask(pool, fresh.taskId)).toMatchObject({ ...fresh, version: 1 });
+    expect(await loadTask(pool, kept.taskId)).toMatchObject({ ...kept, version: 1 });
+  });
+
+  it('hands each expired lease past the grace period to one sweeper at a time, and skips leases still running or within the grace', async () => {
+    // Before every other test's lease: only this test's tasks can have expired.
+    const now = new Date('2029-06-01T12:00:00.000Z');
+    const projectId = randomUUID() as ProjectId;
+    const lease = (ms: number) => new Date(now.getTime() + ms).toISOString();
+    const expired = [await created({ projectId, status: 'assigned', assignee: 'ann-1' as AnnotatorId, leaseExpiresAt: lease(-60_000) }), await created({ projectId, status: 'assigned', assignee: 'ann-2' as AnnotatorId, leaseExpiresAt: lease(-30_000) })];
+    const withinGrace = await created({ projectId, status: 'assigned', assignee: 'ann-3' as AnnotatorId, leaseExpiresAt: lease(-1_000) });
+    const running = await created({ projectId, status: 'assigned', assignee: 'ann-4' as AnnotatorId, leaseExpiresAt: lease(60_000) });
+    const claimedFirst = latch();
+    const done = latch();
+    const first = withTransaction(pool, async (tx) => {
+      const claimed = await claimExpiredLeases(tx, 1, now, 5_000);
+      claimedFirst.open();
+      await done.opened;
+      return claimed;
+    });
+    await claimedFirst.opened;
+    const second = await withTransaction(pool, (tx) => claimExpiredLeases(tx, 10, now, 5_000));
+    done.open();
+    const firstClaimed = await first;
+    // Oldest lease first; the other sweeper skips it instead of waiting for it.
+    expect(firstClaimed).toEqual([expired[0]!.taskId]);
+    expect(second).toContain(expired[1]!.taskId);
+    expect(second).not.toContain(expired[0]!.taskId);
+    expect(second).not.toContain(withinGrace.taskId);
+    expect(second).not.toContain(running.taskId);
   });
 });

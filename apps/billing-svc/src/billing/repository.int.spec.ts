@@ -1,0 +1,179 @@
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { AnnotatorId, DomainEvent, EventId, ProjectId, ReviewerId, TaskId } from '@labelflow/contracts';
+import { migrate, ServiceKitErrors, withTransaction } from '@labelflow/service-kit';
+import { eventually, freshSnowflake, latch, freshDatabase } from '@labelflow/testing';
+import { migrations } from '../migrations';
+import { insertProject, listLedger, loadProject } from '../projects/repository';
+import { billingBatchStore, listBillings, loadBillingTask, loadPayoutBalance, saveBillingTask } from './repository';
+import { emptyBilling, evolve, type BillingStateEvent, type BillingTaskState } from './state';
+
+const infra = inject('infra');
+
+
+const price = 100;
+const reviewer = 'rev-1' as ReviewerId;
+
+describe('billing-svc billing repository', () => {
+  let pool: pg.Pool;
+  const db = freshDatabase(infra.pgUrl, 'billingrepo', (p) => migrate(p, migrations));
+  beforeAll(async () => void (pool = await db.open()));
+  afterAll(() => db.close());
+
+  const newProject = async (balance = 1_000) => {
+    const projectId = randomUUID() as ProjectId;
+    await insertProject(pool, { projectId, name: 'cats', currency: 'EUR', pricePerTask: price, balance });
+    return projectId;
+  };
+  const newTaskId = () => freshSnowflake() as TaskId;
+  const newAnnotator = () => `ann-${randomUUID().slice(0, 8)}` as AnnotatorId;
+  type Draft = BillingStateEvent;
+  const completed = (taskId: TaskId, projectId: ProjectId, annotatorId: AnnotatorId, attempt = 1): Draft => ({ type: 'BillingCompleted', version: 1, taskId, projectId, attempt, payload: { annotatorId, amount: price, approvedBy: reviewer } });
+  /** Loads the task under its locks, folds `events` and saves, in one transaction, as the billing capability does. */
+  const apply = (taskId: TaskId, projectId: ProjectId, events: readonly Draft[], annotators: readonly AnnotatorId[] = []) =>
+    withTransaction(pool, async (tx) => {
+      const before = await loadBillingTask(tx, taskId, projectId, { annotators });
+      const after = events.reduce(evolve, before);
+      await saveBillingTask(tx, before, after);
+      return after;
+    });
+  const ledgerOf = async (taskId: TaskId) => (await listLedger(pool, { taskId })).map((e) => [e.kind, e.annotatorId, e.amount, e.actor]);
+  /** Resolves once a session of this test's database waits for a lock another transaction holds. */
+  const someoneWaitsForALock = () =>
+    eventually(async () => {
+      const { rows } = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'");
+      expect(rows[0]?.n).toBe(1);
+    });
+
+  it('loads a task billing never saw with its tombstone row made, the hinted project, and a zero payout row for the approved annotator', async () => {
+    const [projectId, taskId, annotatorId] = [await newProject(), newTaskId(), newAnnotator()];
+    const state = await withTransaction(pool, (tx) => loadBillingTask(tx, taskId, projectId, { annotators: [annotatorId] }));
+    expect(state).toMatchObject(emptyBilling(taskId, { projectId, pricePerTask: price, balance: 1_000, version: 1 }, { [annotatorId]: 0 }));
+    expect((await pool.query('SELECT latest_attempt, cancelled_at FROM billing_tasks WHERE task_id = $1', [taskId])).rows).toEqual([{ latest_attempt: 1, cancelled_at: null }]);
+    expect((await withTransaction(pool, (tx) => loadBillingTask(tx, newTaskId(), randomUUID() as ProjectId))).project).toBeNull();
+  });
+
+  it('books a completed billing with its debit, credit, balance and payout together, and a refund returns both', async () => {
+    const [projectId, taskId, annotatorId] = [await newProject(), newTaskId(), newAnnotator()];
+    await apply(taskId, projectId, [completed(taskId, projectId, annotatorId)], [annotatorId]);
+    expect(await listBillings(pool, taskId)).toMatchObject([{ taskId, attempt: 1, projectId, annotatorId, status: 'completed', amount: price, reason: null, approvedBy: reviewer }]);
+    expect(await ledgerOf(taskId)).toEqual([
+      ['debit', null, price, reviewer],
+      ['credit', annotatorId, price, reviewer],
+    ]);
+    expect(await loadProject(pool, projectId)).toMatchObject({ balance: 1_000 - price, version: 2 });
+    expect(await loadPayoutBalance(pool, annotatorId)).toBe(price);
+
+    const reloaded = await withTransaction(pool, (tx) => loadBillingTask(tx, taskId, null));
+    expect(reloaded).toMatchObject({ project: { projectId, balance: 1_000 - price, version: 2 }, payouts: { [annotatorId]: price }, billings: [{ status: 'completed', amount: price }] });
+
+    await apply(taskId, projectId, [{ type: 'BillingRefunded', version: 1, taskId, projectId, attempt: 1, payload: { annotatorId, amount: price, reason: 'TASK_CANCELLED', refundedBy: 'manager-1' } }]);
+    expect(await listBillings(pool, taskId)).toMatchObject([{ status: 'refunded', reason: 'TASK_CANCELLED', approvedBy: reviewer }]);
+    expect((await ledgerOf(taskId)).slice(2)).toEqual([
+      ['refund', null, price, 'manager-1'],
+      ['reversal', annotatorId, price, 'manager-1'],
+    ]);
+    expect(await loadProject(pool, projectId)).toMatchObject({ balance: 1_000, version: 3 });
+    expect(await loadPayoutBalance(pool, annotatorId)).toBe(0);
+  });
+
+  it('keeps a failed billing without booking anything, and books it once a retry completes it', async () => {
+    const [projectId, taskId, annotatorId] = [await newProject(0), newTaskId(), newAnnotator()];
+    await apply(taskId, projectId, [{ type: 'BillingFailed', version: 1, taskId, projectId, attempt: 1, payload: { annotatorId, reason: 'INSUFFICIENT_BUDGET', detail: 'balance 0', approvedBy: reviewer } }], [annotatorId]);
+    expect(await listBillings(pool, taskId)).toMatchObject([{ status: 'failed', amount: price, reason: 'INSUFFICIENT_BUDGET' }]);
+    expect(await ledgerOf(taskId)).toEqual([]);
+    await pool.query('UPDATE projects SET balance = 500 WHERE project_id = $1', [projectId]);
+    await apply(taskId, projectId, [{ type: 'BillingCompleted', version: 1, taskId, projectId, attempt: 1, payload: { annotatorId, amount: price } }]);
+    expect(await listBillings(pool, taskId)).toMatchObject([{ status: 'completed', reason: null, approvedBy: reviewer }]);
+    expect(await ledgerOf(taskId)).toEqual([
+      ['debit', null, price, reviewer],
+      ['credit', annotatorId, price, reviewer],
+    ]);
+  });
+
+  it('refuses a save from a state that is no longer current with a retriable CONCURRENT_UPDATE, so an attempt is never booked twice', async () => {
+    const [projectId, taskId, annotatorId] = [await newProject(), newTaskId(), newAnnotator()];
+    const stale = await withTransaction(pool, (tx) => loadBillingTask(tx, taskId, projectId, { annotators: [annotatorId] }));
+    await apply(taskId, projectId, [completed(taskId, projectId, annotatorId)], [annotatorId]);
+    const again = withTransaction(pool, (tx) => saveBillingTask(tx, stale, evolve(stale, completed(taskId, projectId, annotatorId))));
+    await expect(again).rejects.toMatchObject({ code: ServiceKitErrors.CONCURRENT_UPDATE, retriable: true });
+    // Same balance, only the billing's own compare-and-set stands between it and a second booking.
+    const sameBalance: BillingTaskState = { ...stale, project: null };
+    const billedAgain = withTransaction(pool, (tx) => saveBillingTask(tx, sameBalance, evolve(sameBalance, completed(taskId, projectId, annotatorId))));
+    await expect(billedAgain).rejects.toMatchObject({ code: ServiceKitErrors.CONCURRENT_UPDATE, retriable: true });
+    expect(await ledgerOf(taskId)).toHaveLength(2);
+    expect(await loadProject(pool, projectId)).toMatchObject({ balance: 1_000 - price, version: 2 });
+    expect(await loadPayoutBalance(pool, annotatorId)).toBe(price);
+  });
+
+  it("serializes two writers of one task on its row: the second load waits for the first's commit and sees its billing", async () => {
+    const [projectId, taskId, annotatorId] = [await newProject(), newTaskId(), newAnnotator()];
+    const [firstSaved, commit] = [latch(), latch()];
+    const first = withTransaction(pool, async (tx) => {
+      const before = await loadBillingTask(tx, taskId, projectId, { annotators: [annotatorId] });
+      await saveBillingTask(tx, before, evolve(before, completed(taskId, projectId, annotatorId)));
+      firstSaved.open();
+      await commit.opened;
+    });
+    await firstSaved.opened;
+    const second = withTransaction(pool, (tx) => loadBillingTask(tx, taskId, projectId, { annotators: [annotatorId] }));
+    await someoneWaitsForALock();
+    commit.open();
+    await first;
+    expect(await second).toMatchObject({ billings: [{ status: 'completed' }], project: { balance: 1_000 - price, version: 2 }, payouts: { [annotatorId]: price } });
+  });
+
+  it('keeps the tombstones a cancellation and a reopening leave before any approval, and the first cancellation time through later saves', async () => {
+    const [projectId, taskId] = [await newProject(), newTaskId()];
+    await apply(taskId, projectId, [{ type: 'TaskReopened', version: 1, taskId, projectId, attempt: 3, payload: { reason: 'QA_REJECTED', previousAttempt: 2, previousAnnotatorId: null } }]);
+    expect(await withTransaction(pool, (tx) => loadBillingTask(tx, taskId, projectId))).toMatchObject({ cancelled: false, latestAttempt: 3, billings: [] });
+    await apply(taskId, projectId, [{ type: 'TaskCancelled', version: 1, taskId, projectId, attempt: 3, payload: { reason: 'no longer needed', cancelledBy: 'manager-1', previousStatus: 'open' } }]);
+    const cancelledAt = async () => (await pool.query<{ cancelled_at: Date }>('SELECT cancelled_at FROM billing_tasks WHERE task_id = $1', [taskId])).rows[0]?.cancelled_at;
+    const first = await cancelledAt();
+    expect(first).toBeInstanceOf(Date);
+    await apply(taskId, projectId, [{ type: 'TaskReopened', version: 1, taskId, projectId, attempt: 4, payload: { reason: 'LEASE_EXPIRED', previousAttempt: 3, previousAnnotatorId: null } }]);
+    expect(await cancelledAt()).toEqual(first);
+    expect(await withTransaction(pool, (tx) => loadBillingTask(tx, taskId, projectId))).toMatchObject({ cancelled: true, latestAttempt: 4 });
+  });
+
+  it("locks a batch's tasks, projects and payouts up front and books each event inside it: a writer of the same project waits for the batch", async () => {
+    const projectId = await newProject();
+    const annotatorId = newAnnotator();
+    const tasks = [newTaskId(), newTaskId()];
+    const qaPassed = (taskId: TaskId): DomainEvent => ({
+      id: freshSnowflake() as EventId,
+      type: 'QaPassed',
+      version: 1,
+      taskId,
+      projectId,
+      attempt: 1,
+      occurredAt: new Date().toISOString(),
+      producer: 'qa-svc',
+      payload: { annotatorId, reviewerId: reviewer },
+    });
+    const [opened, commit] = [latch(), latch()];
+    const batch = withTransaction(pool, async (tx) => {
+      const states = await billingBatchStore.open(tx, tasks.map(qaPassed));
+      opened.open();
+      for (const taskId of tasks) {
+        const before = await states.get(taskId);
+        // The approved annotator's payout row was made and locked up front; the second task sees the first one's credit.
+        expect(before.payouts).toEqual({ [annotatorId]: taskId === tasks[0] ? 0 : price });
+        await states.set(taskId, before, evolve(before, completed(taskId, projectId, annotatorId)));
+      }
+      await states.save();
+      await commit.opened;
+    });
+    await opened.opened;
+    const otherTask = newTaskId();
+    const writer = apply(otherTask, projectId, [completed(otherTask, projectId, annotatorId)], [annotatorId]);
+    await someoneWaitsForALock();
+    commit.open();
+    await batch;
+    await writer;
+    expect(await loadProject(pool, projectId)).toMatchObject({ balance: 1_000 - 3 * price, version: 4 });
+    expect(await loadPayoutBalance(pool, annotatorId)).toBe(3 * price);
+    for (const taskId of tasks) expect(await ledgerOf(taskId)).toHaveLength(2);
+  });
+});
