@@ -1,3 +1,4 @@
+import { uniqueName } from './names';
 import pg from 'pg';
 
 /** Creates an empty database for one test and returns its URL; `drop` removes it. */
@@ -42,4 +43,33 @@ export function createTestPool(url: string, max = 10): pg.Pool {
   const pool = new pg.Pool({ connectionString: url, max });
   pool.on('error', () => undefined);
   return pool;
+}
+
+/**
+ * A fresh database for one describe block, prepared by `setup` (migrations): `open()` in
+ * beforeAll, `close()` in afterAll (this file stays free of vitest, so tools can import the lib).
+ */
+export function freshDatabase(pgUrl: string, name: string, setup: (pool: pg.Pool) => Promise<unknown>): { open(): Promise<pg.Pool>; close(): Promise<void> } {
+  let pool: pg.Pool | undefined;
+  let drop: (() => Promise<void>) | undefined;
+  return {
+    async open() {
+      const db = await createTestDatabase(pgUrl, uniqueName(name));
+      drop = db.drop;
+      pool = createTestPool(db.url);
+      await setup(pool);
+      return pool;
+    },
+    async close() {
+      await pool?.end();
+      await drop?.();
+    },
+  };
+}
+
+/** A latch one transaction opens and another waits on, to put two transactions' steps in a known order. */
+export function latch(): { readonly open: () => void; readonly opened: Promise<void> } {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { open, opened };
 }

@@ -12,3 +12,5 @@ export * from './redis';
 export * from './metrics';
 export * from './logs';
 export * from './groups';
+export * from './service';
+export * from './decider';

@@ -1,22 +1,20 @@
 import { execFile } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { ServiceName } from '@labelflow/contracts';
 import { adminOf, devSigner, runProduction, type ProductionSummary } from '@labelflow/producer';
 import { repoRoot, startStack, type TestStack } from '@labelflow/testing';
-import { auditSnapshot, findLostEvents } from './checks';
-import { inject, type InjectedFault } from './faults';
+import { auditSettled, lostEventsSettled } from './after-load';
+import { createLoadProgress, runFaults } from './fault-runner';
+import type { InjectedFault } from './faults';
+import { abortion, Aborted, bundleHashes, within } from './harness';
 import { startPrivateInfra, type PrivateInfra } from './infra';
 import type { ChaosOptions } from './options';
 import { startProxy, type ServiceProxy } from './proxy';
 import type { ChaosResult } from './report';
-import { describeFault, formatSchedule, planFaults, serviceOrder } from './schedule';
+import { formatSchedule, planFaults, serviceOrder } from './schedule';
 import { Supervisor } from './supervisor';
 
 const run = promisify(execFile);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export interface ChaosHooks {
   /** One progress line (faults, tenths of the load, phases). */
@@ -26,38 +24,6 @@ export interface ChaosHooks {
   /** Rebuild the service bundles first (scripts/build.mjs); default true. */
   readonly build?: boolean;
 }
-
-class Aborted extends Error {}
-
-/** Rejects as soon as `signal` aborts; for racing work that cannot be cancelled itself. */
-const abortion = (signal?: AbortSignal) =>
-  new Promise<never>((_, reject) => {
-    if (!signal) return;
-    const fail = () => reject(new Aborted(String(signal.reason ?? 'aborted')));
-    if (signal.aborted) fail();
-    else signal.addEventListener('abort', fail, { once: true });
-  });
-
-async function within<T>(ms: number, what: string, work: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} took longer than ${Math.round(ms / 1000)} s`)), ms)));
-  try {
-    return await Promise.race([work, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-const bundleHashes = () =>
-  Object.fromEntries(
-    serviceOrder.map((s) => {
-      try {
-        return [s, createHash('sha256').update(readFileSync(join(repoRoot, `dist/apps/${s}/main.js`))).digest('hex').slice(0, 12)];
-      } catch {
-        return [s, 'missing'];
-      }
-    }),
-  );
 
 /**
  * A whole chaos run: private Kafka, PostgreSQL and Redis; the four built services on them (own topic
@@ -100,15 +66,7 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
   let lostError: string | undefined;
   let currentFault: string | undefined;
   let hashes: Record<string, string> = {};
-  // The load's progress, which the fault schedule follows.
-  let done = 0;
-  let loadOver = false;
-  let closing = false;
-  let wake: (() => void) | undefined;
-  const tick = () => {
-    wake?.();
-    wake = undefined;
-  };
+  const progress = createLoadProgress();
 
   const result = (): ChaosResult => {
     const matrix: Record<string, Record<string, number>> = {};
@@ -183,35 +141,20 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
     const loadBudget = Math.max(60_000, o.maxRunMs - (Date.now() - t0) - reserve);
     const databases = serviceOrder.map((s) => new URL(theStack.databases[s]).pathname.slice(1));
 
-    const faultRunner = async () => {
-      for (const f of planned) {
-        while (done < f.atTasks && !loadOver && !closing) await new Promise<void>((r) => (wake = r));
-        if (closing || signal?.aborted) return;
-        const label = `#${f.n} ${describeFault(f)}`;
-        currentFault = label;
-        const tasksDone = done;
-        const afterLoad = loadOver;
-        say(`[fault ${f.n}/${planned.length}] after ${tasksDone}/${o.tasks} tasks (${((Date.now() - loadStarted) / 1000).toFixed(1)} s): ${describeFault(f)}${afterLoad ? ' (the load has ended)' : ''}`);
-        const started = Date.now();
-        let note: string | undefined;
-        let error: string | undefined;
-        try {
-          note = await within((f.durationMs ?? 0) + o.recoveryMs + 120_000, describeFault(f), inject(f, { infra: privateInfra, supervisor: sup, databases }));
-        } catch (e) {
-          error = (e as Error).message.split('\n')[0] ?? String(e);
-          harnessErrors.push(`fault ${label} could not be carried out: ${error}`);
-        }
-        const outageMs = Date.now() - started;
-        currentFault = `${label} (recovering)`;
-        const recovery = await sup.recovered();
-        currentFault = undefined;
-        faults.push({ ...f, startedAt: new Date(started).toISOString(), tasksDone, afterLoad, outageMs, recoveryMs: recovery.ms, recovered: recovery.ok, ...(note ? { note } : {}), ...(error ? { error } : {}) });
-        say(`[fault ${f.n}/${planned.length}] ${error ? `FAILED: ${error}` : 'done'}: outage ${(outageMs / 1000).toFixed(1)} s, every service ready ${(recovery.ms / 1000).toFixed(1)} s later${note ? ` (${note})` : ''}${recovery.ok ? '' : ' — NOT RECOVERED'}`);
-      }
-    };
-
     say(`load: ${o.tasks} tasks, concurrency ${o.concurrency}, duplicates ${o.duplicates}, rates reject ${o.rates.reject} billing-fail ${o.rates.billingFail} qa-timeout ${o.rates.qaTimeout} cancel ${o.rates.cancel}, deadline ${Math.round(loadBudget / 1000)} s`);
-    const faultsDone = faultRunner();
+    const faultsDone = runFaults({
+      planned,
+      tasks: o.tasks,
+      recoveryMs: o.recoveryMs,
+      progress,
+      loadStarted,
+      context: { infra: privateInfra, supervisor: sup, databases },
+      say,
+      ...(signal ? { signal } : {}),
+      setCurrentFault: (label) => (currentFault = label),
+      faults,
+      harnessErrors,
+    });
     summary = await phase('load', async () => {
       try {
         return await runProduction({
@@ -228,17 +171,17 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
           waitS: 10,
           seed: o.seed,
           onProgress: (d, total) => {
-            done = d;
-            tick();
-            if (closing) return;
+            progress.done = d;
+            progress.tick();
+            if (progress.closing) return;
             if (d === total || Math.floor((d * 10) / total) > Math.floor(((d - 1) * 10) / total)) {
               say(`[load] ${Math.floor((100 * d) / total)}%: ${d}/${total} tasks done, ${((Date.now() - loadStarted) / 1000).toFixed(1)} s, faults injected ${faults.length}/${planned.length}`);
             }
           },
         });
       } finally {
-        loadOver = true;
-        tick();
+        progress.over = true;
+        progress.tick();
       }
     });
     say(`load done in ${(summary.durationMs / 1000).toFixed(1)} s: ${Object.entries(summary.byOutcome).map(([k, v]) => `${k} ${v}`).join(', ')}; unexpected ${summary.unexpected.length}`);
@@ -259,35 +202,12 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
     }
 
     say('auditing (REPEATABLE READ per database) ...');
-    await phase('audit', async () => {
-      // In-flight work settles within seconds (the producer's audit waits the same way); a real violation stays.
-      for (const until = Date.now() + 60_000; ; await sleep(2_000)) {
-        try {
-          audit = await within(120_000, 'the audit', auditSnapshot(theStack.databases, privateInfra.kafka.brokers, theStack.prefix));
-          auditError = undefined;
-        } catch (e) {
-          auditError = (e as Error).message;
-        }
-        if ((audit?.ok && !auditError) || Date.now() > until) return;
-      }
-    });
+    const target = { stack: theStack, kafkaBrokers: privateInfra.kafka.brokers };
+    await phase('audit', () => auditSettled(target, (a, e) => ((audit = a), (auditError = e))));
     say(`  ${audit ? `${audit.violations.length} violations, ${audit.deadLetters.length} dead letters` : `audit failed: ${auditError}`}`);
 
     say('checking for lost events (outbox rows vs topics by event id, emitted keys vs every consumer inbox) ...');
-    await phase('lost events', async () => {
-      for (let round = 1; round <= 3; round++) {
-        try {
-          lost = await findLostEvents(theStack.databases, privateInfra.kafka.brokers, theStack.prefix);
-          lostError = undefined;
-        } catch (e) {
-          lostError = (e as Error).message;
-        }
-        if ((lost && lost.lost === 0) || round === 3) return;
-        // Something may still be on its way (a sweeper fired after the quiesce): settle and look again.
-        say(`  ${lost ? `${lost.lost} events look lost` : `check failed: ${lostError}`}; settling and checking again (${round}/3)`);
-        await theStack.quiesce(60_000).catch(() => undefined);
-      }
-    });
+    await phase('lost events', () => lostEventsSettled(target, say, (l, e) => ((lost = l), (lostError = e))));
     say(`  ${lost ? `${lost.lost} lost (${lost.notOnKafka} not on Kafka, ${lost.missingInboxRows} inbox rows missing) of ${lost.outboxRows} outbox rows, ${lost.topicMessages} messages on the topics` : `lost-event check failed: ${lostError}`}`);
     return result();
   } catch (e) {
@@ -295,8 +215,8 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
     else harnessErrors.push(`run failed: ${(e as Error).message}`);
     return result();
   } finally {
-    closing = true;
-    tick();
+    progress.closing = true;
+    progress.tick();
     say('cleaning up: services, proxies, private Kafka, PostgreSQL and Redis ...');
     const cleanup = async () => {
       await Promise.allSettled(Object.values(proxies).map((p) => p.close()));

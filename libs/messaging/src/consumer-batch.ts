@@ -1,0 +1,153 @@
+import type { EachBatchPayload, KafkaMessage } from 'kafkajs';
+import type { z } from 'zod';
+import type { Logger } from '@labelflow/telemetry';
+import { coordinates, decodeMessage, headersToStrings, type RawMessage } from './codec';
+import type { ConsumerMetrics } from './consumer-metrics';
+import type { ApplyRun, Step } from './consumer-retry';
+import type { DeadLetter } from './dead-letter';
+import { MessagingErrors } from './errors';
+
+/** The header every labelflow producer stamps with the event's type, so consumers can skip unread. */
+export const EVENT_TYPE_HEADER = 'event-type';
+
+/** What became of one delivered event once its batch committed. */
+export type DeliveryOutcome =
+  | { readonly status: 'applied' }
+  | { readonly status: 'duplicate'; readonly tier: string }
+  /** The service refused it (a stale attempt, a cancelled task): `code` is the refusal's stable code. */
+  | { readonly status: 'ignored'; readonly code: string; readonly reason: string };
+
+export interface MessageMeta {
+  readonly topic: string;
+  readonly partition: number;
+  readonly offset: string;
+  readonly headers: Readonly<Record<string, string>>;
+  /** `topic/partition@offset`. */
+  readonly source: string;
+}
+
+export interface Delivery<E> {
+  readonly event: E;
+  readonly meta: MessageMeta;
+}
+
+export interface TopicBinding<E> {
+  readonly topic: string;
+  readonly schema: z.ZodType<E>;
+}
+
+/**
+ * The one port between the Kafka loop and a service's exactly-once shell. `process` applies a run
+ * of decoded deliveries atomically (all of them or none) and reports one outcome per delivery, in
+ * order; a throw means none was applied. The loop owns everything Kafka: decoding, skipping what
+ * the service does not read, retries, isolating a poison message, dead letters and offsets.
+ */
+export interface BatchProcessor<E> {
+  /** False for event types the service never reacts to: skipped before decoding or any round trip. */
+  handles(type: string): boolean;
+  process(deliveries: readonly Delivery<E>[]): Promise<readonly DeliveryOutcome[]>;
+}
+
+/** One fetched message, read as far as it can be: skipped, decoded, or unreadable. */
+type Item<E> =
+  | { readonly kind: 'skip'; readonly raw: RawMessage; readonly type: string }
+  | { readonly kind: 'event'; readonly raw: RawMessage; readonly delivery: Delivery<E> }
+  | { readonly kind: 'invalid'; readonly raw: RawMessage; readonly code: string; readonly message: string };
+
+export interface OutcomeDeps {
+  readonly metrics: ConsumerMetrics;
+  readonly log: Logger;
+}
+
+/** Counts and logs what became of each delivery of a run the processor applied. */
+export function recordOutcomes<E extends { readonly type: string }>({ metrics, log }: OutcomeDeps, deliveries: readonly Delivery<E>[], outcomes: readonly DeliveryOutcome[], started: bigint): void {
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  deliveries.forEach(({ event, meta }, i) => {
+    const outcome = outcomes[i] ?? { status: 'applied' };
+    metrics.processed?.inc({ topic: meta.topic, type: event.type, outcome: outcome.status });
+    metrics.latency?.observe({ topic: meta.topic, type: event.type }, seconds);
+    if (outcome.status === 'duplicate') metrics.duplicates?.inc({ tier: outcome.tier });
+    if (outcome.status !== 'ignored') return;
+    metrics.ignored?.inc({ topic: meta.topic, type: event.type, code: outcome.code });
+    log.debug({ source: meta.source, type: event.type, code: outcome.code, reason: outcome.reason }, 'event ignored');
+  });
+}
+
+export interface BatchHandlerDeps<E> {
+  readonly processor: BatchProcessor<E>;
+  readonly bindings: readonly TopicBinding<E>[];
+  readonly metrics: ConsumerMetrics;
+  readonly log: Logger;
+  readonly apply: ApplyRun<E>;
+  readonly deadLetter: DeadLetter;
+  /** Where each decoded delivery's original message is kept, for dead-lettering it later. */
+  readonly raws: WeakMap<Delivery<E>, RawMessage>;
+}
+
+/**
+ * kafkajs's eachBatch. Per fetched batch: skip what the service does not read, decode the rest,
+ * hand each run of decoded events to the processor as one unit, and only then resolve the offsets.
+ */
+export function createBatchHandler<E extends { readonly type: string }>(deps: BatchHandlerDeps<E>): (payload: EachBatchPayload) => Promise<void> {
+  const { processor, metrics, log, apply, deadLetter, raws } = deps;
+  const schemas = new Map(deps.bindings.map((b) => [b.topic, b.schema]));
+
+  /**
+   * Never throws: a message that cannot even be read is dead-lettered like any other poison. A throw
+   * here would escape the batch before any offset is resolved, and kafkajs would refetch the same
+   * batch forever. The type header lets a message the service never reads skip JSON and schema
+   * work; without the header (a foreign producer) the decoded body decides.
+   */
+  function prepare(topic: string, partition: number, message: KafkaMessage): Item<E> {
+    const raw: RawMessage = { topic, partition, offset: message.offset, key: message.key, value: message.value, headers: {} };
+    try {
+      const readable = { ...raw, headers: headersToStrings(message.headers) };
+      const typeHeader = readable.headers[EVENT_TYPE_HEADER];
+      if (typeHeader !== undefined && !processor.handles(typeHeader)) return { kind: 'skip', raw: readable, type: typeHeader };
+      const schema = schemas.get(topic);
+      if (!schema) return { kind: 'invalid', raw: readable, code: MessagingErrors.UNBOUND_TOPIC, message: `no schema bound for topic ${topic}` };
+      const decoded = decodeMessage(schema, readable);
+      if (!decoded.ok) return { kind: 'invalid', raw: readable, ...decoded.reason };
+      if (!processor.handles(decoded.event.type)) return { kind: 'skip', raw: readable, type: decoded.event.type };
+      const meta: MessageMeta = { topic, partition, offset: message.offset, headers: readable.headers, source: coordinates(readable) };
+      return { kind: 'event', raw: readable, delivery: { event: decoded.event, meta } };
+    } catch (error) {
+      return { kind: 'invalid', raw, code: MessagingErrors.DECODE_FAILED, message: `message could not be read: ${(error as Error).message}` };
+    }
+  }
+
+  return async function processBatch(payload: EachBatchPayload): Promise<void> {
+    const { batch } = payload;
+    const items = batch.messages.map((m) => prepare(batch.topic, batch.partition, m));
+    let run: Delivery<E>[] = [];
+    const resolve = (offset: string) => payload.resolveOffset(offset);
+    // Runs of decodable events go to the processor together; a skipped or unreadable message in
+    // between only needs its offset, once everything before it is done.
+    const flush = async (): Promise<Step> => {
+      if (run.length === 0) return 'done';
+      const current = run;
+      run = [];
+      const step = await apply(current, payload, (last) => resolve(last.meta.offset));
+      if (step === 'done') await payload.heartbeat();
+      return step;
+    };
+    for (const item of items) {
+      if (item.kind === 'event') {
+        raws.set(item.delivery, item.raw);
+        run.push(item.delivery);
+        continue;
+      }
+      if ((await flush()) === 'aborted') return;
+      if (item.kind === 'skip') {
+        metrics.skipped?.inc({ topic: batch.topic, type: item.type });
+      } else {
+        metrics.processed?.inc({ topic: batch.topic, type: 'invalid', outcome: 'invalid' });
+        log.warn({ source: coordinates(item.raw), code: item.code, reason: item.message }, 'invalid message skipped');
+        if ((await deadLetter(item.raw, item.code, item.message, payload)) === 'aborted') return;
+      }
+      resolve(item.raw.offset);
+    }
+    if ((await flush()) === 'aborted') return;
+    await payload.commitOffsetsIfNecessary();
+  };
+}

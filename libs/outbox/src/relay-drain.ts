@@ -1,0 +1,180 @@
+import type pg from 'pg';
+import { isTooLarge, sizeOf, take, type Pending } from './relay-batch';
+import type { ReadRow, RowMarks } from './relay-rows';
+import type { PublishedMessage } from './types';
+
+/** A drain that is caught up but keeps hearing NOTIFYs reads on for at most this long. */
+const MAX_DRAIN_MS_ON_NOTIFY = 1_000;
+
+/** What one drain needs of its relay: the relay's I/O, and the state that outlives a drain. */
+export interface DrainDeps {
+  readonly batchSize: number;
+  readonly maxBatchBytes: number;
+  /** The read statement for the table as it is now (readSql). */
+  readonly sql: string;
+  /** NOTIFYs heard so far: one heard while a read ran means more rows may have committed. */
+  readonly notifications: () => number;
+  /** Whether the relay may still send: it holds the lock and is not closing. */
+  readonly leading: () => boolean;
+  /** Average counted bytes per row of the last read, carried from drain to drain: bounds the next read's LIMIT for very large rows. */
+  readonly rowSize: { bytesPerRow: number };
+  readonly marks: RowMarks;
+  readonly send: (rows: readonly Pending[]) => Promise<void>;
+  /** Sends a batch the broker refused as too large in parts, parking the rows it refuses alone. */
+  readonly sendApart: (rows: readonly Pending[], refusal: unknown) => Promise<void>;
+}
+
+/**
+ * Publishes whatever is pending, in id order, until caught up, closed or no longer leading.
+ * Returns true if rows may be left that the next drain must pick up at once.
+ *
+ * Three lanes, each one thing at a time: the Kafka lane (this loop) sends batch after batch; the
+ * read lane (on the LISTEN session) reads the next batch while the current one is sent; the mark
+ * lane (a pool connection) marks what was sent, every batch sent since its last UPDATE in one,
+ * while the next batch is sent and read.
+ */
+export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<boolean> {
+  const { batchSize, maxBatchBytes, sql, rowSize, marks: rowMarks } = deps;
+  const reads = createLane();
+  const marks = createLane();
+  const failed = () => reads.failed || marks.failed;
+  const startedAt = Date.now();
+  // Rows read and not yet sent, in id order.
+  const window: Pending[] = [];
+  let cursor = '0';
+  // Rows read in this drain that are not known to be marked (or parked) yet.
+  let outstanding = 0;
+  // Of those, the ones whose UPDATE is queued or running: a read skips them, committed or not.
+  const resolving = new Set<string>();
+  const toMark: Pending[] = [];
+  let markQueued = false;
+  let exhausted = false;
+  let again = false;
+  let reading: Promise<void> | undefined;
+
+  const read = async () => {
+    const limit = rowSize.bytesPerRow > 0 ? Math.max(1, Math.min(batchSize, Math.ceil((2 * maxBatchBytes) / rowSize.bytesPerRow))) : batchSize;
+    const seen = deps.notifications();
+    // Taken together, in one synchronous step: a mark that commits later is skipped by id.
+    const skipping = [...resolving];
+    const expected = outstanding - skipping.length;
+    const { rows } = await session.query<ReadRow>(sql, [cursor, maxBatchBytes, expected + limit, skipping]);
+    const first = rows[0];
+    if (!first) {
+      exhausted = true;
+      return;
+    }
+    if (first.behind > expected) {
+      // A row below the cursor committed after the cursor passed it (ids are taken at INSERT,
+      // rows become visible at COMMIT). Sending this read could let a later event of its key
+      // overtake it: drop the read, finish what is in flight and start again from the lowest id.
+      exhausted = true;
+      again = true;
+      return;
+    }
+    let bytes = 0;
+    for (const r of rows) {
+      const message: PublishedMessage = { topic: r.topic, key: r.message_key, value: JSON.stringify(r.payload), headers: r.headers };
+      const size = sizeOf(message);
+      bytes += size;
+      window.push({ id: r.id, message, bytes: size, held: r.held });
+    }
+    rowSize.bytesPerRow = bytes / rows.length;
+    outstanding += rows.length;
+    cursor = rows[rows.length - 1]?.id ?? cursor;
+    // Caught up: fewer rows than asked for and none left behind by the byte cut. A NOTIFY since
+    // the read began means more may have committed: read on rather than restart the pipeline,
+    // but only for a while, so that a steady trickle still lets prune() and a fresh start run.
+    const caughtUp = first.fetched < limit && rows.length === first.fetched;
+    if (caughtUp && (deps.notifications() === seen || Date.now() - startedAt > MAX_DRAIN_MS_ON_NOTIFY)) exhausted = true;
+  };
+  const readMore = () => {
+    const p: Promise<void> = reads.run(read).then(() => {
+      if (reading === p) reading = undefined;
+    });
+    reading = p;
+  };
+  const resolve = (rows: readonly Pending[], update: (rows: readonly Pending[]) => Promise<void>) => {
+    for (const r of rows) resolving.add(r.id);
+    void marks.run(async () => {
+      await update(rows);
+      outstanding -= rows.length;
+      for (const r of rows) resolving.delete(r.id);
+    });
+  };
+  const markSent = (rows: readonly Pending[]) => {
+    for (const r of rows) resolving.add(r.id);
+    toMark.push(...rows);
+    if (markQueued) return;
+    markQueued = true;
+    void marks.run(async () => {
+      markQueued = false;
+      const batch = toMark.splice(0);
+      await rowMarks.markPublished(batch);
+      outstanding -= batch.length;
+      for (const r of batch) resolving.delete(r.id);
+    });
+  };
+
+  try {
+    for (;;) {
+      if (window.length === 0 && !reading && !exhausted && !failed()) readMore();
+      if (window.length === 0) {
+        if (!reading) break;
+        await reading;
+        continue;
+      }
+      // Stopping between batches keeps close() within the service's shutdown budget, and a
+      // relay whose LISTEN session (and so its lock) is gone must not send another batch.
+      if (!deps.leading() || failed()) break;
+      const { batch, held } = take(window, batchSize, maxBatchBytes);
+      // Read-ahead: the next batch is read while this one is sent.
+      if (!reading && !exhausted && window.length < batchSize) readMore();
+      if (held.length > 0) resolve(held, rowMarks.parkHeld);
+      if (batch.length === 0) continue;
+      try {
+        await deps.send(batch);
+      } catch (error) {
+        if (!isTooLarge(error)) throw error;
+        // Rare: the topic refused the batch as too large. Stop the pipeline, send this batch
+        // again in halves down to single rows, and start the next drain from the lowest id.
+        await Promise.all([reads.idle(), marks.idle()]);
+        window.length = 0;
+        again = true;
+        if (!failed()) await deps.sendApart(batch, error);
+        break;
+      }
+      markSent(batch);
+    }
+  } finally {
+    // Marks of batches already sent land before this drain ends, whatever happens: the next
+    // drain reads from the lowest pending id and must not see them again.
+    await Promise.all([reads.idle(), marks.idle()]);
+  }
+  if (marks.failed) throw marks.error;
+  if (reads.failed) throw reads.error;
+  return again;
+}
+
+/** Database work of one drain, one statement at a time and in order, so a read never races a mark. The first failure skips the rest. */
+function createLane() {
+  let tail: Promise<void> = Promise.resolve();
+  const lane = {
+    failed: false,
+    error: undefined as unknown,
+    run(op: () => Promise<void>): Promise<void> {
+      tail = tail.then(async () => {
+        if (lane.failed) return;
+        try {
+          await op();
+        } catch (error) {
+          lane.failed = true;
+          lane.error = error;
+        }
+      });
+      return tail;
+    },
+    idle: () => tail,
+  };
+  return lane;
+}

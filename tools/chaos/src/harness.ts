@@ -1,0 +1,42 @@
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { repoRoot } from '@labelflow/testing';
+import { serviceOrder } from './schedule';
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The run was cut short (Ctrl-C, the time bound): not a failure of the services. */
+export class Aborted extends Error {}
+
+/** Rejects as soon as `signal` aborts; for racing work that cannot be cancelled itself. */
+export const abortion = (signal?: AbortSignal) =>
+  new Promise<never>((_, reject) => {
+    if (!signal) return;
+    const fail = () => reject(new Aborted(String(signal.reason ?? 'aborted')));
+    if (signal.aborted) fail();
+    else signal.addEventListener('abort', fail, { once: true });
+  });
+
+/** `work`, or an error naming `what` once `ms` have passed; the work itself goes on. */
+export async function within<T>(ms: number, what: string, work: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} took longer than ${Math.round(ms / 1000)} s`)), ms)));
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A short hash of each service's bundle on disk: a restart after a rebuild runs other code, which the report notes. */
+export const bundleHashes = (): Record<string, string> =>
+  Object.fromEntries(
+    serviceOrder.map((s) => {
+      try {
+        return [s, createHash('sha256').update(readFileSync(join(repoRoot, `dist/apps/${s}/main.js`))).digest('hex').slice(0, 12)];
+      } catch {
+        return [s, 'missing'];
+      }
+    }),
+  );
