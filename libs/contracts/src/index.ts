@@ -5,4 +5,5 @@ export * from './label-events';
 export * from './qa-events';
 export * from './billing-events';
 export * from './topics';
+export * from './upcast';
 export * from './errors';

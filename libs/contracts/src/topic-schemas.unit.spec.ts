@@ -34,8 +34,9 @@ describe('contracts: per-topic event unions', () => {
     expect(result.error?.issues.map((i) => i.path.join('.'))).toContain('projectId');
   });
 
-  it('rejects an event whose version is not the literal version of its type', () => {
+  it('rejects an event whose version is not a version its type has', () => {
     expect(TopicSchemas.billing.safeParse({ ...billingCompleted, version: 2 }).success).toBe(false);
+    expect(TopicSchemas.billing.safeParse({ ...billingCompleted, version: 0 }).success).toBe(false);
   });
 
   it('rejects an event type the topic does not carry', () => {

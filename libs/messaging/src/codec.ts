@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { unsupportedVersion } from '@labelflow/contracts';
 import { MessagingErrors } from './errors';
 
 export interface RawMessage {
@@ -19,7 +20,9 @@ export const coordinates = (m: Pick<RawMessage, 'topic' | 'partition' | 'offset'
 
 /**
  * Parses and validates a message against its topic's union. Never throws: garbage is a result the
- * consumer routes to the dead-letter topic, not a crash.
+ * consumer routes to the dead-letter topic, not a crash. With the contracts' topic schemas, any
+ * known version decodes to the newest shape, and a newer version than they know is
+ * VERSION_UNSUPPORTED: kept in the dead-letter topic whole, for a replay once this consumer knows it.
  */
 export function decodeMessage<S extends z.ZodType>(schema: S, message: RawMessage): Decoded<z.infer<S>> {
   if (!message.value || message.value.length === 0) {
@@ -33,6 +36,11 @@ export function decodeMessage<S extends z.ZodType>(schema: S, message: RawMessag
   }
   const parsed = schema.safeParse(json);
   if (!parsed.success) {
+    const newer = unsupportedVersion(parsed.error.issues);
+    if (newer) {
+      const message = `${newer.type} version ${newer.version} is newer than this consumer knows (up to version ${newer.latest}); replay it once the consumer is upgraded`;
+      return { ok: false, reason: { code: MessagingErrors.VERSION_UNSUPPORTED, message } };
+    }
     const problems = parsed.error.issues.slice(0, 5).map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`);
     return { ok: false, reason: { code: MessagingErrors.SCHEMA_INVALID, message: `schema validation failed: ${problems.join('; ')}` } };
   }

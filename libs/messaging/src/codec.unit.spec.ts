@@ -64,6 +64,31 @@ describe('messaging: decodeMessage', () => {
     expect(decoded).toMatchObject({ ok: false, reason: { code: MessagingErrors.SCHEMA_INVALID } });
   });
 
+  it('decodes a LabelSubmitted of any known version to the newest shape, v1 with durationMs null', () => {
+    const label = { ...event, producer: 'label-svc', type: 'LabelSubmitted', payload: { annotatorId: 'alice', annotations: [{ label: 'cat' }] } };
+    const decodeLabel = (value: unknown) => decodeMessage(TopicSchemas.label, { ...message(json(value)), topic: 'labelflow.label-events' });
+    const newest = { ...label, version: 2, payload: { ...label.payload, durationMs: null } };
+
+    expect(decodeLabel(label)).toEqual({ ok: true, event: newest });
+    expect(decodeLabel(newest)).toEqual({ ok: true, event: newest });
+  });
+
+  it('returns VERSION_UNSUPPORTED naming the type, its version and the newest known for an event newer than the contracts', () => {
+    const decoded = decodeMessage(TopicSchemas.label, {
+      ...message(json({ ...event, producer: 'label-svc', type: 'LabelSubmitted', version: 3, payload: { annotatorId: 'alice', shape: 'unknown here' } })),
+      topic: 'labelflow.label-events',
+    });
+
+    expect(decoded).toEqual({
+      ok: false,
+      reason: { code: MessagingErrors.VERSION_UNSUPPORTED, message: 'LabelSubmitted version 3 is newer than this consumer knows (up to version 2); replay it once the consumer is upgraded' },
+    });
+  });
+
+  it('returns VERSION_UNSUPPORTED for a newer version of an event that has only ever had one', () => {
+    expect(decode(message(json({ ...event, version: 2 })))).toMatchObject({ ok: false, reason: { code: MessagingErrors.VERSION_UNSUPPORTED, message: expect.stringContaining('TaskAssigned version 2') } });
+  });
+
   it('reads header values as strings, takes the first of repeated ones and treats null values as absent', () => {
     expect(headersToStrings({ a: Buffer.from('x'), b: 'y', c: [Buffer.from('1'), Buffer.from('2')], d: null, e: [null], f: undefined })).toEqual({ a: 'x', b: 'y', c: '1' });
     expect(headersToStrings(undefined)).toEqual({});

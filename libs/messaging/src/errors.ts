@@ -3,6 +3,8 @@ import { LabelflowError } from '@labelflow/contracts';
 export const MessagingErrors = {
   DECODE_FAILED: 'MESSAGING_DECODE_FAILED',
   SCHEMA_INVALID: 'MESSAGING_SCHEMA_INVALID',
+  /** An event newer than this consumer's contracts know: dead-lettered, to be replayed once it is upgraded. */
+  VERSION_UNSUPPORTED: 'MESSAGING_VERSION_UNSUPPORTED',
   HANDLER_FAILED: 'MESSAGING_HANDLER_FAILED',
   UNBOUND_TOPIC: 'MESSAGING_UNBOUND_TOPIC',
 } as const;

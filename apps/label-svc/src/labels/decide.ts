@@ -11,6 +11,8 @@ export type LabelCommand =
       readonly now: Date;
       /** The attempt the annotator claimed (from the claim's answer); labels never land on another. */
       readonly attempt?: number;
+      /** How long the annotator worked, if their tool says; the event carries null otherwise. */
+      readonly durationMs?: number;
     }
   | { readonly type: 'Observe'; readonly event: LabelObservedEvent };
 
@@ -68,11 +70,11 @@ function submit(command: Extract<LabelCommand, { type: 'SubmitLabels' }>, state:
   }
   return accept({
     type: 'LabelSubmitted',
-    version: 1,
+    version: 2,
     taskId: command.taskId,
     projectId: assignment.projectId,
     attempt: assignment.attempt,
-    payload: { annotatorId: command.annotatorId, annotations: [...command.annotations] },
+    payload: { annotatorId: command.annotatorId, annotations: [...command.annotations], durationMs: command.durationMs ?? null },
   });
 }
 

@@ -18,7 +18,12 @@ const taskAssigned = (annotatorId: AnnotatorId, attempt = 1, leaseExpiresAt?: st
   type: 'TaskAssigned',
   payload: leaseExpiresAt === undefined ? { annotatorId } : { annotatorId, leaseExpiresAt },
 });
-const labelSubmitted = (annotatorId: AnnotatorId, attempt = 1): EventDraft<LabelSubmitted> => ({ ...envelope(attempt), type: 'LabelSubmitted', payload: { annotatorId, annotations } });
+const labelSubmitted = (annotatorId: AnnotatorId, attempt = 1, durationMs: number | null = null): EventDraft<LabelSubmitted> => ({
+  ...envelope(attempt),
+  version: 2,
+  type: 'LabelSubmitted',
+  payload: { annotatorId, annotations, durationMs },
+});
 const qaPassed = (attempt = 1): EventDraft<QaPassed> => ({ ...envelope(attempt), type: 'QaPassed', payload: { annotatorId: alice, reviewerId: reviewer } });
 const qaRejected = (attempt = 1): EventDraft<QaRejected> => ({ ...envelope(attempt), type: 'QaRejected', payload: { annotatorId: alice, reviewerId: reviewer, reason: 'wrong animal' } });
 const taskReopened = (attempt: number, previousAnnotatorId: AnnotatorId = alice, reason: ReopenReason = 'QA_REJECTED'): EventDraft<TaskReopened> => ({
@@ -48,7 +53,7 @@ const lease = '2030-01-01T01:00:00.000Z';
 
 /** A task label-svc never heard of is empty; an observed event is folded in before the decided ones. */
 const { given, givenFrom, when, rejectionCode } = deciderSpec({ decide, evolve }, { initial: () => emptyState(taskId), observed: (c) => (c.type === 'Observe' ? [c.event] : []) });
-const submit = (annotatorId: AnnotatorId, now: Date = t0): LabelCommand => ({ type: 'SubmitLabels', taskId, annotatorId, annotations, now });
+const submit = (annotatorId: AnnotatorId, now: Date = t0, durationMs?: number): LabelCommand => ({ type: 'SubmitLabels', taskId, annotatorId, annotations, now, ...(durationMs === undefined ? {} : { durationMs }) });
 const observe = (event: LabelObservedEvent): LabelCommand => ({ type: 'Observe', event });
 /** When: the event is observed as the consumer does (decide, then fold the event if accepted). */
 const whenObserved = (state: LabelTaskState, event: LabelObservedEvent) => when(state, observe(event));
@@ -67,6 +72,12 @@ describe('label-svc: submitting labels', () => {
     const decision = decide(submit(alice), given(taskAssigned(alice)));
 
     expect(decision).toEqual({ ok: true, events: [labelSubmitted(alice, 1)] });
+  });
+
+  it('writes the newest LabelSubmitted, carrying how long the annotator worked when the tool said so', () => {
+    const decision = decide(submit(alice, t0, 42_000), given(taskAssigned(alice)));
+
+    expect(decision).toEqual({ ok: true, events: [labelSubmitted(alice, 1, 42_000)] });
   });
 
   it('rejects a second submission for the same attempt with ALREADY_SUBMITTED', () => {

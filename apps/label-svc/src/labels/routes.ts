@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type {} from '@labelflow/idempotency';
 import { z } from 'zod';
 import { can, canSeeProject, Permission } from '@labelflow/auth';
-import { Annotation, AnnotatorId, Attempt, TaskId } from '@labelflow/contracts';
+import { Annotation, AnnotatorId, Attempt, TaskId, WorkDurationMs } from '@labelflow/contracts';
 import { clientGone, guard, honourPreferWait, HttpError, parseInput, retryWhileNotYet, type ServiceContext } from '@labelflow/service-kit';
 import type { LabelSvcConfig } from '../config';
 import type { LabelRejection } from './decide';
@@ -11,7 +11,7 @@ import { listLabelRows, loadLabelTask } from './repository';
 
 // Strict down to each annotation: a misspelt field (`confidnce`) is an error, not silently dropped.
 // The annotator is the caller; an `annotatorId`, if sent, must name the caller.
-const SubmitBody = z.object({ annotatorId: AnnotatorId.optional(), annotations: z.array(Annotation.strict()).min(1).max(1000), attempt: Attempt.optional() }).strict();
+const SubmitBody = z.object({ annotatorId: AnnotatorId.optional(), annotations: z.array(Annotation.strict()).min(1).max(1000), attempt: Attempt.optional(), durationMs: WorkDurationMs.optional() }).strict();
 const TaskParams = z.object({ taskId: TaskId });
 
 const statusFor: Record<LabelRejection['code'], number> = {
@@ -58,7 +58,7 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
         }
         guard(request, Permission.labelsSubmit, known.assignment.projectId, taskNotFound(taskId));
         return request.idempotent({}, async (tx, key) => {
-          const result = await executeLabel(tx, { type: 'SubmitLabels', taskId, annotatorId, ...body, now: ctx.now() });
+          const result = await executeLabel(tx, { type: 'SubmitLabels', taskId, annotatorId, ...body, now: ctx.now() }, ctx.config);
           if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
           const [event] = await ctx.emit(tx, result.events, key);
           return { status: 201, body: { taskId, attempt: event?.attempt, status: 'submitted', eventId: event?.id } };

@@ -19,8 +19,9 @@ const at = (ms: number) => new Date(t0.getTime() + ms);
 const envelope = (attempt: number) => ({ version: 1 as const, taskId, projectId, attempt });
 const labelSubmitted = (attempt = 1, annotatorId: AnnotatorId = alice): EventDraft<LabelSubmitted> => ({
   ...envelope(attempt),
+  version: 2,
   type: 'LabelSubmitted',
-  payload: { annotatorId, annotations: [{ label: 'cat' }] },
+  payload: { annotatorId, annotations: [{ label: 'cat' }], durationMs: null },
 });
 const qaStarted = (attempt = 1, annotatorId: AnnotatorId = alice): EventDraft<QaStarted> => ({ ...envelope(attempt), type: 'QaStarted', payload: { annotatorId } });
 const deadlineSet = (attempt = 1, deadlineAt = deadline): ReviewDeadlineSet => ({ type: 'ReviewDeadlineSet', taskId, attempt, deadlineAt });

@@ -16,8 +16,9 @@ const taskCreated = (): EventDraft<TaskCreated> => ({ ...envelope(1), type: 'Tas
 const taskAssigned = (annotatorId: AnnotatorId = alice, attempt = 1): EventDraft<TaskAssigned> => ({ ...envelope(attempt), type: 'TaskAssigned', payload: { annotatorId, leaseExpiresAt: '2026-01-01T00:01:00.000Z' } });
 const labelSubmitted = (attempt = 1, annotatorId: AnnotatorId = alice): EventDraft<LabelSubmitted> => ({
   ...envelope(attempt),
+  version: 2,
   type: 'LabelSubmitted',
-  payload: { annotatorId, annotations: [{ label: 'cat' }] },
+  payload: { annotatorId, annotations: [{ label: 'cat' }], durationMs: null },
 });
 const qaStarted = (attempt = 1, annotatorId: AnnotatorId = alice): EventDraft<QaStarted> => ({ ...envelope(attempt), type: 'QaStarted', payload: { annotatorId } });
 const qaPassed = (attempt = 1, annotatorId: AnnotatorId = alice): EventDraft<QaPassed> => ({ ...envelope(attempt), type: 'QaPassed', payload: { annotatorId, reviewerId: reviewer } });
