@@ -142,14 +142,14 @@ function makeWorkload(total: number, rate: number, seed: number, timestampMs: nu
     const event = LabelSubmitted.parse({
       id: eventId,
       type: 'LabelSubmitted',
-      version: 1,
+      version: 2,
       taskId,
       projectId: projectIds[i % projectIds.length],
       attempt: 1,
       occurredAt: new Date(ms + 60_000).toISOString(),
       producer: 'label-svc',
       causationId: `labels-${taskId}`,
-      payload: { annotatorId: `ann-${i % 50}`, annotations: [{ label: i % 2 ? 'cat' : 'dog', confidence: 0.9 }] },
+      payload: { annotatorId: `ann-${i % 50}`, annotations: [{ label: i % 2 ? 'cat' : 'dog', confidence: 0.9 }], durationMs: null },
     });
     const trace = `00-${randomUUID().replace(/-/g, '')}-${randomUUID().replace(/-/g, '').slice(0, 16)}-01`;
     return { key: event.taskId, value: Buffer.from(JSON.stringify(event)), headers: { traceparent: trace, [EVENT_TYPE_HEADER]: event.type, 'event-version': String(event.version) } };

@@ -1,6 +1,6 @@
 import type { EachBatchPayload, KafkaMessage } from 'kafkajs';
 import type { z } from 'zod';
-import type { Logger } from '@labelflow/telemetry';
+import { runLinked, startSpan, tracingEnabled, type Logger, type SagaFacts, type TraceSpan } from '@labelflow/telemetry';
 import { coordinates, decodeMessage, headersToStrings, type RawMessage } from './codec';
 import type { ConsumerMetrics } from './consumer-metrics';
 import type { ApplyRun, Step } from './consumer-retry';
@@ -48,6 +48,20 @@ export interface BatchProcessor<E> {
   process(deliveries: readonly Delivery<E>[]): Promise<readonly DeliveryOutcome[]>;
 }
 
+/** The span of each delivery being processed while tracing records; `recordOutcomes` notes what became of it. */
+const deliverySpans = new WeakMap<Delivery<unknown>, TraceSpan>();
+
+/** The saga facts an event carries, read without knowing its type (the loop is generic). */
+function factsOf(event: { readonly type: string }): SagaFacts {
+  const { taskId, projectId, attempt } = event as { taskId?: unknown; projectId?: unknown; attempt?: unknown };
+  return {
+    eventType: event.type,
+    ...(typeof taskId === 'string' ? { taskId } : {}),
+    ...(typeof projectId === 'string' ? { projectId } : {}),
+    ...(typeof attempt === 'number' ? { attempt } : {}),
+  };
+}
+
 /** One fetched message, read as far as it can be: skipped, decoded, or unreadable. */
 type Item<E> =
   | { readonly kind: 'skip'; readonly raw: RawMessage; readonly type: string }
@@ -62,8 +76,11 @@ export interface OutcomeDeps {
 /** Counts and logs what became of each delivery of a run the processor applied. */
 export function recordOutcomes<E extends { readonly type: string }>({ metrics, log }: OutcomeDeps, deliveries: readonly Delivery<E>[], outcomes: readonly DeliveryOutcome[], started: bigint): void {
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  deliveries.forEach(({ event, meta }, i) => {
+  const tracing = tracingEnabled();
+  deliveries.forEach((delivery, i) => {
+    const { event, meta } = delivery;
     const outcome = outcomes[i] ?? { status: 'applied' };
+    if (tracing) deliverySpans.get(delivery)?.annotate({}, { 'labelflow.outcome': outcome.status, ...(outcome.status === 'ignored' ? { 'labelflow.refusal': outcome.code } : {}) });
     metrics.processed?.inc({ topic: meta.topic, type: event.type, outcome: outcome.status });
     metrics.latency?.observe({ topic: meta.topic, type: event.type }, seconds);
     if (outcome.status === 'duplicate') metrics.duplicates?.inc({ tier: outcome.tier });
@@ -127,9 +144,47 @@ export function createBatchHandler<E extends { readonly type: string }>(deps: Ba
       if (run.length === 0) return 'done';
       const current = run;
       run = [];
-      const step = await apply(current, payload, (last) => resolve(last.meta.offset));
+      const step = tracingEnabled() ? await applyTraced(current.map(traced)) : await apply(current, payload, onDone);
       if (step === 'done') await payload.heartbeat();
       return step;
+    };
+    const onDone = (last: Delivery<E>) => resolve(last.meta.offset);
+
+    /** One delivery: the run's transaction is part of its trace. Several: it belongs to none of their traces alone, and links to each. */
+    const applyTraced = async (current: readonly Delivery<E>[]): Promise<Step> => {
+      const spans = current.flatMap((d) => deliverySpans.get(d) ?? []);
+      const [only] = spans;
+      const work = () => apply(current, payload, onDone);
+      let step: Step;
+      try {
+        step = spans.length === 1 && only ? await only.run(work) : await runLinked(spans, work);
+      } catch (error) {
+        for (const span of spans) span.end({ error });
+        throw error;
+      }
+      for (const span of spans) span.end(step === 'aborted' ? { attributes: { 'labelflow.outcome': 'aborted' } } : undefined);
+      return step;
+    };
+
+    /**
+     * The delivery again, with a span continuing the trace its headers carry (the publish span),
+     * and those headers now continuing this span: the processor's own spans, and the events it
+     * emits, hang under the delivery. The original message (for a dead letter) is unchanged.
+     */
+    const traced = (delivery: Delivery<E>): Delivery<E> => {
+      const { event, meta } = delivery;
+      const span = startSpan(`process ${event.type}`, {
+        kind: 'consumer',
+        headers: meta.headers,
+        facts: factsOf(event),
+        attributes: { 'messaging.system': 'kafka', 'messaging.operation.type': 'process', 'messaging.destination.name': meta.topic, 'messaging.destination.partition.id': String(meta.partition), 'messaging.kafka.offset': meta.offset },
+      });
+      if (!span) return delivery;
+      const next: Delivery<E> = { event, meta: { ...meta, headers: { ...meta.headers, ...span.headers() } } };
+      const raw = raws.get(delivery);
+      if (raw) raws.set(next, raw);
+      deliverySpans.set(next, span);
+      return next;
     };
     for (const item of items) {
       if (item.kind === 'event') {

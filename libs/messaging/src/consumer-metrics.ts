@@ -17,6 +17,7 @@ export function createConsumerMetrics(metrics: Metrics | undefined) {
     restartCount: metrics?.counter('consumer_restarts_total', 'Restarts the loop made of a consumer kafkajs would not restart'),
     runningGauge: metrics?.gauge('consumer_running', '1 while the consumer is a member of its group and consuming, else 0'),
     caughtUpGauge: metrics?.gauge('consumer_caught_up_timestamp_seconds', 'Everything produced before this instant was consumed by the group'),
+    lag: metrics?.gauge('consumer_lag_messages', "Messages on a partition past the group's committed offset, as of the last progress probe (every member reports the whole group: aggregate with max)", ['group', 'topic', 'partition']),
     probeRuns: metrics?.counter('consumer_progress_probes_total', "Comparisons of the group's committed offsets with the high watermarks, by result", ['result']),
   };
   made.runningGauge?.set(0);

@@ -228,13 +228,14 @@ describe('the consumer loop', () => {
     expect(rendered).not.toMatch(/outcome="invalid"/);
   });
 
-  it('reports how far the group has caught up: never past a message still unprocessed, and past it once committed', async () => {
+  it('reports how far the group has caught up and its lag: never past a message still unprocessed, and past it once committed', async () => {
     const t = await setup();
     let release: () => void = () => undefined;
     const held = new Promise<void>((resolve) => (release = resolve));
     const applied: number[] = [];
     const { loop, metrics } = await start({ ...t, applied, progressEveryMs: 100, check: async (m) => (m.n === 2 ? held : undefined) });
     const probes = async () => metricValue(await metrics.render(), 'consumer_progress_probes_total', { result: 'ok' });
+    const lag = async () => metricValue(await metrics.render(), 'consumer_lag_messages', { group: t.groupId, topic: t.topic, partition: '0' });
     try {
       await send(t.topic, [1]);
       await eventually(() => expect(applied).toEqual([1]));
@@ -246,11 +247,14 @@ describe('the consumer loop', () => {
       await eventually(async () => expect(await probes()).toBeGreaterThanOrEqual(probed + 5));
       expect(loop.caughtUpTo()).toBeDefined();
       expect(loop.caughtUpTo()!).toBeLessThan(acknowledged);
+      // 1 committed, 2 held and 3 behind it: two messages behind once the commit of 1 is seen.
+      await eventually(async () => expect(await lag()).toBe(2));
     } finally {
       release();
     }
     const afterSend = Date.now();
     await eventually(() => expect(loop.caughtUpTo()!).toBeGreaterThan(afterSend));
     expect(applied).toEqual([1, 2, 3]);
+    await eventually(async () => expect(await lag()).toBe(0));
   });
 });

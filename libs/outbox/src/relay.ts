@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { Logger, Metrics } from '@labelflow/telemetry';
+import { startSpan, tracingEnabled, type Logger, type Metrics, type SagaFacts, type TraceSpan } from '@labelflow/telemetry';
 import { OutboxError, OutboxErrors } from './errors';
 import { DEFAULT_MAX_BATCH_BYTES, type Pending } from './relay-batch';
 import { drain, type DrainDeps } from './relay-drain';
@@ -127,9 +127,12 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
   async function send(rows: readonly Pending[]): Promise<void> {
     const messages = rows.map((r) => r.message);
     options.beforePublish?.(messages);
+    const traced = tracingEnabled() ? messages.map(publishSpan) : undefined;
     try {
-      await publisher.send(messages);
+      await publisher.send(traced ? traced.map((t) => t.message) : messages);
+      for (const t of traced ?? []) t.span?.end();
     } catch (error) {
+      for (const t of traced ?? []) t.span?.end({ error });
       failures?.inc();
       throw new OutboxError(OutboxErrors.PUBLISH_FAILED, `publishing ${rows.length} outbox rows failed: ${(error as Error).message}`, { cause: error, retriable: true });
     }
@@ -219,4 +222,36 @@ function hashLockKey(text: string): number {
   let h = 0;
   for (let i = 0; i < text.length; i++) h = (Math.imul(h, 31) + text.charCodeAt(i)) | 0;
   return h;
+}
+
+/**
+ * A span per published row, a child of the trace its row stored (the request's or the consumed
+ * event's), and the message sent on with this span's context: its consumer's span then hangs under
+ * the publish. The row itself keeps the headers it was written with.
+ */
+function publishSpan(message: PublishedMessage): { readonly message: PublishedMessage; readonly span: TraceSpan | undefined } {
+  const facts = factsOf(message);
+  const span = startSpan(`publish ${facts.eventType ?? message.topic}`, {
+    kind: 'producer',
+    headers: message.headers,
+    facts,
+    attributes: { 'messaging.system': 'kafka', 'messaging.operation.type': 'send', 'messaging.destination.name': message.topic, 'messaging.kafka.message.key': message.key },
+  });
+  return { message: span ? { ...message, headers: { ...message.headers, ...span.headers() } } : message, span };
+}
+
+/** The saga facts of an event row; read only while tracing records. */
+function factsOf(message: PublishedMessage): SagaFacts {
+  const eventType = message.headers['event-type'];
+  try {
+    const event = JSON.parse(message.value) as { taskId?: unknown; projectId?: unknown; attempt?: unknown; type?: unknown };
+    return {
+      taskId: typeof event.taskId === 'string' ? event.taskId : message.key,
+      ...(typeof event.projectId === 'string' ? { projectId: event.projectId } : {}),
+      ...(typeof event.attempt === 'number' ? { attempt: event.attempt } : {}),
+      ...(typeof event.type === 'string' ? { eventType: event.type } : eventType ? { eventType } : {}),
+    };
+  } catch {
+    return { taskId: message.key, ...(eventType ? { eventType } : {}) };
+  }
 }

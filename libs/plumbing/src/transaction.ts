@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type pg from 'pg';
+import { withChildSpan, type TraceSpan } from '@labelflow/telemetry';
 import { PlumbingError, PlumbingErrors, requirePositiveInteger } from './errors';
 
 /** Set while a transaction body runs: the code inside must use its client, never the pool. */
@@ -66,15 +67,22 @@ export interface TransactionOptions<T> {
  * back is broken and is discarded, not handed to the next caller.
  */
 export async function withTransaction<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>, options: TransactionOptions<T> = {}): Promise<T> {
-  const { lockTimeoutMs, commitIf } = options;
-  if (lockTimeoutMs !== undefined) requirePositiveInteger('lockTimeoutMs', lockTimeoutMs);
+  if (options.lockTimeoutMs !== undefined) requirePositiveInteger('lockTimeoutMs', options.lockTimeoutMs);
+  // A span under the request or delivery being traced (none for untraced background work); the
+  // wait for a pool connection is inside it, since the caller waits for it too.
+  return withChildSpan('db transaction', { 'db.system.name': 'postgresql' }, (span) => transact(pool, fn, options, span));
+}
+
+async function transact<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>, { lockTimeoutMs, commitIf }: TransactionOptions<T>, span: TraceSpan | undefined): Promise<T> {
   const client = await pool.connect();
   listenForConnectionErrors(client);
   let broken: Error | undefined;
   try {
     await client.query(lockTimeoutMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL lock_timeout = ${lockTimeoutMs}`);
     const result = await asTransactionBody(() => fn(client));
-    await client.query(commitIf && !commitIf(result) ? 'ROLLBACK' : 'COMMIT');
+    const commit = !commitIf || commitIf(result);
+    await client.query(commit ? 'COMMIT' : 'ROLLBACK');
+    span?.annotate({}, { 'labelflow.db.outcome': commit ? 'commit' : 'rollback' });
     return result;
   } catch (error) {
     await client.query('ROLLBACK').catch((rollbackError: unknown) => {

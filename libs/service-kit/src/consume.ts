@@ -34,6 +34,11 @@ export type Applied = { readonly ok: true; readonly events: readonly EventDraft[
 export interface EventConsumer<X> {
   readonly types: readonly EventType[];
   open(tx: PoolClient, events: readonly DomainEvent[], ctx: X): Promise<{ apply(event: DomainEvent): Promise<Applied>; save(): Promise<void> }>;
+  /**
+   * Told, after the run, of its deliveries dropped as duplicates (an observer counts them per task).
+   * Outside the transaction and best effort: it must not throw, or the run would be retried.
+   */
+  readonly dropped?: (events: readonly DomainEvent[], ctx: X) => Promise<void>;
 }
 
 /** Binds handlers to the store their states live in. */
@@ -194,6 +199,10 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<D
       // Redis learns only what PostgreSQL holds: keys it already knew as done need no second write.
       const done = unique.filter((_, j) => !(verdicts[j]?.kind === 'duplicate' && verdicts[j]?.tier === 'redis'));
       await deps.gate.committed(done.map(({ event }) => dedupKeyOf(event)));
+      const dropped = deliveries.filter((_, i) => outcomes[i]?.status === 'duplicate').map((d) => d.event);
+      for (const consumer of new Set(dropped.map((e) => byType.get(e.type)!))) {
+        await consumer.dropped?.(dropped.filter((e) => byType.get(e.type) === consumer), deps.ctx);
+      }
       return outcomes;
     },
   };

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { TopicSchemas, topicName, topicOf, type DomainEvent, type EventId, type ServiceName } from '@labelflow/contracts';
+import { TopicSchemas, topicName, topicOf, type DomainEvent, type EventId } from '@labelflow/contracts';
 import { enqueue, type OutboxMessage } from '@labelflow/outbox';
 import { currentTraceHeaders } from '@labelflow/telemetry';
 import type { Queryable } from './db';
 import { ServiceKitError, ServiceKitErrors } from './errors';
+import type { RuntimeName } from './runtime/definition';
 
 type Stamped = 'id' | 'occurredAt' | 'producer' | 'causationId';
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
@@ -15,7 +16,8 @@ type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K>
 export type EventDraft<E extends DomainEvent = DomainEvent> = DistributiveOmit<E, Stamped>;
 
 export interface EmitDeps {
-  readonly producer: ServiceName;
+  /** Only the saga's services produce events: one stamped by any other process fails its schema check. */
+  readonly producer: RuntimeName;
   readonly topicPrefix: string;
   readonly channel: string;
   readonly now: () => Date;

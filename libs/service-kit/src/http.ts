@@ -1,8 +1,8 @@
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { z } from 'zod';
 import { can, installAuth, Permission, type AuthHookOptions } from '@labelflow/auth';
 import type { ErrorBody } from '@labelflow/contracts';
-import { withTraceContext, type Logger, type Metrics } from '@labelflow/telemetry';
+import { incomingTraceHeaders, startSpan, tracingEnabled, withTraceContext, type Logger, type Metrics, type SagaFacts, type TraceSpan } from '@labelflow/telemetry';
 import { isTransientDbError } from './db';
 import { HttpError, ServiceKitError, ServiceKitErrors } from './errors';
 
@@ -20,6 +20,78 @@ const errorBody = (code: string, message: string, details?: unknown): ErrorBody 
   error: details === undefined ? { code, message } : { code, message, details },
 });
 
+/** The route pattern, never the raw URL (ids in paths would make a series per task); `unmatched` for a 404. */
+const routeOf = (request: FastifyRequest): string => request.routeOptions.url ?? 'unmatched';
+
+// Long polls (Prefer: wait, up to 30 s) sit in the top buckets; commands in the lower ones.
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+/** Ids as the services issue them (decimal task ids, UUID project ids): anything else is not a saga fact. */
+const ID = /^[A-Za-z0-9-]{1,64}$/;
+
+/** What the request says of its saga: path parameters, then the body (POST /tasks names its project). */
+function factsOf(request: FastifyRequest): SagaFacts {
+  const params = (request.params ?? {}) as Record<string, unknown>;
+  const body = (request.body !== null && typeof request.body === 'object' ? request.body : {}) as Record<string, unknown>;
+  const id = (value: unknown) => (typeof value === 'string' && ID.test(value) ? value : undefined);
+  const taskId = id(params.taskId);
+  const projectId = id(params.projectId) ?? id(body.projectId);
+  const attempt = typeof body.attempt === 'number' && Number.isInteger(body.attempt) && body.attempt > 0 ? body.attempt : undefined;
+  return { ...(taskId ? { taskId } : {}), ...(projectId ? { projectId } : {}), ...(attempt ? { attempt } : {}) };
+}
+
+/**
+ * Per-route request counts and durations, and a server span per request that continues an incoming
+ * W3C `traceparent`. The span (or, with tracing off, the caller's trace context alone) is active
+ * for the handler, so the events a command emits carry its trace. The saga facts become span
+ * attributes and baggage once the route and body are known.
+ */
+function instrument(app: FastifyInstance, metrics: Metrics | undefined): void {
+  const requests = metrics?.counter('http_requests_total', 'HTTP requests by route pattern, method and status', ['method', 'route', 'status']);
+  const duration = metrics?.histogram('http_request_duration_seconds', 'HTTP request duration by route pattern and method', ['method', 'route'], DURATION_BUCKETS);
+  const spans = new WeakMap<FastifyRequest, TraceSpan>();
+
+  app.addHook('onResponse', async (request, reply) => {
+    const route = routeOf(request);
+    const status = reply.statusCode;
+    requests?.inc({ method: request.method, route, status: String(status) });
+    duration?.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+    spans.get(request)?.end({ failed: status >= 500, attributes: { 'http.response.status_code': status } });
+  });
+  // Decided once, when the app is made (the runtime starts tracing first): with tracing off, a
+  // request only has its caller's trace context made active, as it always had.
+  if (!tracingEnabled()) {
+    app.addHook('onRequest', (request, _reply, done) => withTraceContext(incomingTraceHeaders(request.headers), done));
+    return;
+  }
+  app.addHook('onRequest', (request, _reply, done) => {
+    const route = routeOf(request);
+    const span = startSpan(`${request.method} ${route}`, { kind: 'server', headers: incomingTraceHeaders(request.headers), attributes: { 'http.request.method': request.method, 'http.route': route } });
+    if (!span) return done();
+    spans.set(request, span);
+    span.run(done);
+  });
+  // Re-entered after the body was read: the facts are known now, and the handler runs in their baggage.
+  app.addHook('preHandler', (request, _reply, done) => {
+    const span = spans.get(request);
+    if (!span) return done();
+    span.annotate(factsOf(request));
+    span.run(done);
+  });
+  // A command that created the task learns its id only from its own answer.
+  app.addHook('onSend', async (request, reply, payload) => {
+    const span = spans.get(request);
+    if (span && reply.statusCode < 300 && typeof payload === 'string' && payload.length < 65_536 && factsOf(request).taskId === undefined) {
+      const taskId = /"taskId":"([0-9]{1,20})"/.exec(payload)?.[1];
+      if (taskId) span.annotate({ taskId });
+    }
+    return payload;
+  });
+  app.addHook('onRequestAbort', async (request) => {
+    spans.get(request)?.end({ failed: true, attributes: { 'labelflow.http.aborted': true } });
+  });
+}
+
 /**
  * A fastify instance with the conventions every service shares: JSON errors with stable codes,
  * /healthz (process alive), /readyz (dependencies answer), /metrics, and incoming W3C trace context
@@ -33,7 +105,7 @@ export function createHttpApp({ logger, readiness, metrics, auth, bodyLimit = 1_
     frameworkErrors: (error, _request, reply) => void (reply as FastifyReply).status(400).send(errorBody('BAD_REQUEST', error.message)),
   });
 
-  app.addHook('onRequest', (request, _reply, done) => withTraceContext(request.headers, done));
+  instrument(app, metrics);
   // Before the body is read and before any route or the Idempotency-Key layer runs.
   installAuth(app, auth);
   // close() ends only the connections idle at that moment: one whose request was still running
@@ -106,4 +178,20 @@ export function parseInput<S extends z.ZodType>(schema: S, value: unknown, what 
   if (parsed.success) return parsed.data;
   const details = parsed.error.issues.map((i) => ({ path: [what, ...i.path.map(String)].join('.'), message: i.message }));
   throw new HttpError(400, 'VALIDATION_FAILED', `invalid ${what}: ${details.map((d) => `${d.path} ${d.message}`).join('; ')}`, details);
+}
+
+export interface MetricsAppDeps {
+  readonly logger: Logger;
+  readonly metrics: Metrics;
+}
+
+/**
+ * `/metrics` alone, without a token, for a Prometheus inside the private network (METRICS_PORT):
+ * scrapers carry no bearer token, and the main port keeps asking for a platform admin.
+ */
+export function createMetricsApp({ logger, metrics }: MetricsAppDeps): FastifyInstance {
+  const app: FastifyInstance = Fastify({ loggerInstance: logger.child({ component: 'metrics-http' }) as FastifyBaseLogger, disableRequestLogging: true });
+  app.get('/metrics', async (_request, reply) => reply.type(metrics.registry.contentType).send(await metrics.render()));
+  app.setNotFoundHandler((request, reply) => reply.status(404).send(errorBody('NOT_FOUND', `no route ${request.method} ${request.url}; this port serves GET /metrics`)));
+  return app;
 }

@@ -1,12 +1,15 @@
 import { createSnowflake, createWorkerLease, type Snowflake, type WorkerLease } from '@labelflow/idgen';
-import type { ServiceName } from '@labelflow/contracts';
 import type { Logger } from '@labelflow/telemetry';
 import type { Pool } from './db';
 import { ServiceKitError, ServiceKitErrors } from './errors';
+import type { RuntimeName } from './runtime/definition';
 
 /** Each service owns a quarter of the 1024 Snowflake worker ids, so ids never collide across services. */
 const WORKERS_PER_SERVICE = 256;
-const serviceSlot: Readonly<Record<ServiceName, number>> = { 'task-svc': 0, 'label-svc': 1, 'qa-svc': 2, 'billing-svc': 3 };
+// The saga monitor issues no ids (it creates nothing and publishes nothing); it leases a worker id
+// only because every process on the runtime does, and shares task-svc's range instead of taking
+// one from the services.
+const serviceSlot: Readonly<Record<RuntimeName, number>> = { 'task-svc': 0, 'label-svc': 1, 'qa-svc': 2, 'billing-svc': 3, 'saga-monitor': 0 };
 
 export interface IdSource {
   /** A new 64-bit time-ordered id (decimal string), unique across every live process. */
@@ -17,7 +20,7 @@ export interface IdSource {
 
 export interface IdSourceDeps {
   readonly pool: Pool;
-  readonly service: ServiceName;
+  readonly service: RuntimeName;
   readonly logger: Logger;
   /** Lease timing (defaults of @labelflow/idgen: 30 s TTL, renewed every 10 s); tests shorten it. */
   readonly lease?: { readonly ttlMs?: number; readonly renewEveryMs?: number };

@@ -14,3 +14,4 @@ export * from './ids';
 export * from './signals';
 export * from './prefer';
 export * from './pagination';
+export { kafkaSecurity } from './kafka-security';

@@ -1,46 +1,223 @@
-import { context, propagation, trace, SpanKind, SpanStatusCode, type Context } from '@opentelemetry/api';
+import {
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  context,
+  createContextKey,
+  propagation,
+  trace,
+  type Attributes,
+  type Baggage,
+  type Context,
+  type Link,
+  type Span,
+} from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { CompositePropagator, W3CBaggagePropagator, W3CTraceContextPropagator } from '@opentelemetry/core';
+import { activeTracer } from './tracer-registry';
 
 export type TraceHeaders = Readonly<Record<string, string>>;
+type IncomingHeaders = Readonly<Record<string, string | string[] | undefined>>;
+
+let propagationInstalled = false;
 
 /**
- * Registers the W3C propagator and an async context manager, so trace context flows from HTTP
- * requests into outbox rows and from Kafka headers into handlers. Exporting spans is left to an SDK
- * the operator configures (OTEL_* env); without one, spans are non-recording but ids still travel.
+ * Registers the W3C trace-context and baggage propagators and an async context manager, so trace
+ * context flows from HTTP requests into outbox rows and from Kafka headers into handlers. Exporting
+ * spans is startTracing's (OTEL_* env); without it, spans are non-recording but ids still travel.
+ * Once per process: the API keeps the first registration and refuses later ones.
  */
 export function installTracePropagation(): void {
-  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  if (propagationInstalled) return;
+  propagationInstalled = true;
+  propagation.setGlobalPropagator(new CompositePropagator({ propagators: [new W3CTraceContextPropagator(), new W3CBaggagePropagator()] }));
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
 }
 
-/** The active trace context as carrier headers (`traceparent`, `tracestate`). */
+/** Whether an SDK records spans (startTracing found an endpoint). Off: the span helpers do nothing. */
+export const tracingEnabled = (): boolean => activeTracer() !== undefined;
+
+/** The active trace context as carrier headers (`traceparent`, `tracestate`, and `baggage` when set). */
 export function currentTraceHeaders(ctx: Context = context.active()): TraceHeaders {
   const carrier: Record<string, string> = {};
   propagation.inject(ctx, carrier);
   return carrier;
 }
 
-// Looked up once per process: every consumed event opens a span, and the global API checks version
-// compatibility on each lookup. The proxy it returns follows an SDK registered later.
-let labelflowTracer: ReturnType<typeof trace.getTracer> | undefined;
-const tracer = () => (labelflowTracer ??= trace.getTracer('labelflow'));
+/**
+ * Only the trace-context headers of an HTTP request. An outside caller's `baggage` is not ours to
+ * carry: it would travel into every outbox row and Kafka message the request causes.
+ */
+export function incomingTraceHeaders(headers: IncomingHeaders): TraceHeaders {
+  const picked: Record<string, string> = {};
+  for (const name of ['traceparent', 'tracestate'] as const) {
+    const value = headers[name];
+    if (typeof value === 'string') picked[name] = value;
+  }
+  return picked;
+}
 
-export const SpanKinds = { consumer: SpanKind.CONSUMER, server: SpanKind.SERVER, internal: SpanKind.INTERNAL } as const;
+// With no SDK the global API hands out a no-op tracer whose spans still carry the parent's ids, so
+// an incoming traceparent keeps travelling (withSpan) even while nothing is recorded.
+const tracer = () => activeTracer() ?? trace.getTracer('labelflow');
+
+export const SpanKinds = { consumer: SpanKind.CONSUMER, producer: SpanKind.PRODUCER, server: SpanKind.SERVER, internal: SpanKind.INTERNAL } as const;
+export type SpanKindName = keyof typeof SpanKinds;
+
+/** What a span knows of the saga it belongs to. Each known fact becomes an attribute, and task, project and attempt also baggage. */
+export interface SagaFacts {
+  readonly taskId?: string;
+  readonly projectId?: string;
+  readonly attempt?: number;
+  readonly eventType?: string;
+}
+
+/** The attribute (and baggage) names of the saga facts. */
+export const SagaAttributes = {
+  taskId: 'labelflow.task_id',
+  projectId: 'labelflow.project_id',
+  attempt: 'labelflow.attempt',
+  eventType: 'labelflow.event_type',
+} as const;
+
+const BAGGAGE_FACTS = ['taskId', 'projectId', 'attempt'] as const;
+
+function factAttributes(facts: SagaFacts): Attributes {
+  const attributes: Attributes = {};
+  for (const name of Object.keys(SagaAttributes) as (keyof SagaFacts)[]) {
+    const value = facts[name];
+    if (value !== undefined && value !== '') attributes[SagaAttributes[name]] = value;
+  }
+  return attributes;
+}
+
+/** The saga facts a context's baggage carries, as attributes (attempt as a number). */
+function baggageAttributes(ctx: Context): Attributes {
+  const baggage = propagation.getBaggage(ctx);
+  if (!baggage) return {};
+  const attributes: Attributes = {};
+  for (const name of BAGGAGE_FACTS) {
+    const key = SagaAttributes[name];
+    const value = baggage.getEntry(key)?.value;
+    if (value === undefined) continue;
+    attributes[key] = name === 'attempt' && /^\d{1,9}$/.test(value) ? Number(value) : value;
+  }
+  return attributes;
+}
+
+function withFactsInBaggage(ctx: Context, facts: SagaFacts): Context {
+  let baggage: Baggage = propagation.getBaggage(ctx) ?? propagation.createBaggage();
+  let changed = false;
+  for (const name of BAGGAGE_FACTS) {
+    const value = facts[name];
+    if (value === undefined || value === '') continue;
+    baggage = baggage.setEntry(SagaAttributes[name], { value: String(value) });
+    changed = true;
+  }
+  return changed ? propagation.setBaggage(ctx, baggage) : ctx;
+}
+
+/** A recording span handed to a library that does not import OpenTelemetry. */
+export interface TraceSpan {
+  /** Adds saga facts: attributes now, and baggage for whatever `run` starts from now on. */
+  annotate(facts: SagaFacts, attributes?: Attributes): void;
+  /** Runs `fn` with this span (and its baggage) active. */
+  run<T>(fn: () => T): T;
+  /** Carrier headers that continue this span: `traceparent`, `tracestate`, `baggage`. */
+  headers(): TraceHeaders;
+  /** Ends the span (a second call is ignored). `failed` or an `error` set status ERROR. */
+  end(result?: { readonly error?: unknown; readonly failed?: boolean; readonly attributes?: Attributes }): void;
+}
+
+export interface SpanStart {
+  readonly kind: SpanKindName;
+  /** Carrier headers to continue (a request's or a message's); absent: the active context. */
+  readonly headers?: IncomingHeaders;
+  readonly facts?: SagaFacts;
+  readonly attributes?: Attributes;
+}
+
+const spansOf = new WeakMap<TraceSpan, Span>();
+
+/**
+ * Starts a span, or returns undefined while tracing is off, so that callers spend nothing (no
+ * header parsing, no allocation per row) unless an SDK records. A span continuing `headers`
+ * ignores whatever context is active: a consumed message's trace is the message's.
+ */
+export function startSpan(name: string, { kind, headers, facts = {}, attributes = {} }: SpanStart): TraceSpan | undefined {
+  const recording = activeTracer();
+  if (!recording) return undefined;
+  const parent = headers ? propagation.extract(ROOT_CONTEXT, headers) : context.active();
+  let ctx = withFactsInBaggage(parent, facts);
+  const span = recording.startSpan(name, { kind: SpanKinds[kind], attributes: { ...baggageAttributes(ctx), ...factAttributes(facts), ...attributes } }, parent);
+  ctx = trace.setSpan(ctx, span);
+  let ended = false;
+  const handle: TraceSpan = {
+    annotate(more, extra = {}) {
+      span.setAttributes({ ...factAttributes(more), ...extra });
+      ctx = withFactsInBaggage(ctx, more);
+    },
+    run: (fn) => context.with(ctx, fn),
+    headers: () => currentTraceHeaders(ctx),
+    end({ error, failed, attributes: last } = {}) {
+      if (ended) return;
+      ended = true;
+      if (last) span.setAttributes(last);
+      if (error !== undefined) span.recordException(error instanceof Error ? error : new Error(String(error)));
+      if (error !== undefined || failed) span.setStatus({ code: SpanStatusCode.ERROR, ...(error instanceof Error ? { message: error.message } : {}) });
+      span.end();
+    },
+  };
+  spansOf.set(handle, span);
+  return handle;
+}
+
+/** Links a span started under `runLinked` draws from its context: the deliveries it works for. */
+const LINKS = createContextKey('labelflow.links');
+
+/**
+ * Runs `fn` in no trace, but with `spans` as the links of a span `withChildSpan` starts inside it:
+ * one transaction applying several consumed events belongs to none of their traces alone.
+ */
+export function runLinked<T>(spans: readonly TraceSpan[], fn: () => T): T {
+  const links: Link[] = spans.flatMap((s) => {
+    const span = spansOf.get(s);
+    return span ? [{ context: span.spanContext() }] : [];
+  });
+  return context.with(ROOT_CONTEXT.setValue(LINKS, links), fn);
+}
+
+/**
+ * Runs `fn` in a child span of the active span, or of the links `runLinked` set. Work that nothing
+ * traced asked for (a sweep, a prune) gets no span: it would open a trace of its own every tick.
+ */
+export async function withChildSpan<T>(name: string, attributes: Attributes, fn: (span: TraceSpan | undefined) => Promise<T>): Promise<T> {
+  if (!activeTracer()) return fn(undefined);
+  const active = context.active();
+  const links = active.getValue(LINKS) as Link[] | undefined;
+  if (!trace.getSpan(active)?.isRecording() && !links?.length) return fn(undefined);
+  const span = startSpan(name, { kind: 'internal', attributes });
+  if (span && links?.length) spansOf.get(span)?.addLinks(links);
+  if (!span) return fn(undefined);
+  try {
+    const result = await span.run(() => fn(span));
+    span.end();
+    return result;
+  } catch (error) {
+    span.end({ error });
+    throw error;
+  }
+}
 
 /**
  * Runs `fn` in an active span that continues the trace carried by `headers` (a consumed message's
- * or an HTTP request's), so anything `fn` writes to the outbox carries this trace onward.
+ * or an HTTP request's), so anything `fn` writes to the outbox carries this trace onward. The saga
+ * facts of the carried baggage become attributes too.
  */
-export async function withSpan<T>(
-  name: string,
-  kind: keyof typeof SpanKinds,
-  headers: TraceHeaders,
-  attributes: Record<string, string | number>,
-  fn: () => Promise<T>,
-): Promise<T> {
+export async function withSpan<T>(name: string, kind: SpanKindName, headers: TraceHeaders, attributes: Record<string, string | number>, fn: () => Promise<T>): Promise<T> {
   const parent = propagation.extract(context.active(), headers);
-  return tracer().startActiveSpan(name, { kind: SpanKinds[kind], attributes }, parent, async (span) => {
+  const all = activeTracer() ? { ...baggageAttributes(parent), ...attributes } : attributes;
+  return tracer().startActiveSpan(name, { kind: SpanKinds[kind], attributes: all }, parent, async (span) => {
     try {
       return await fn();
     } catch (error) {
@@ -54,6 +231,6 @@ export async function withSpan<T>(
 }
 
 /** Runs `fn` inside the trace context carried by `headers` (no new span). */
-export function withTraceContext<T>(headers: Readonly<Record<string, string | string[] | undefined>>, fn: () => T): T {
+export function withTraceContext<T>(headers: IncomingHeaders, fn: () => T): T {
   return context.with(propagation.extract(context.active(), headers), fn);
 }

@@ -21,12 +21,12 @@ const labelSubmitted = (taskId: TaskId): LabelSubmitted => ({
   id: freshSnowflake() as LabelSubmitted['id'],
   occurredAt: t0.toISOString(),
   producer: 'label-svc',
-  version: 1,
+  version: 2,
   type: 'LabelSubmitted',
   taskId,
   projectId,
   attempt: 1,
-  payload: { annotatorId: alice, annotations: [{ label: 'cat' }] },
+  payload: { annotatorId: alice, annotations: [{ label: 'cat' }], durationMs: null },
 });
 
 // The sweeper's path through the real repository and qa-svc's real tables (no SQL faked).

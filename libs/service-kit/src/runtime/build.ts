@@ -3,8 +3,9 @@ import type { TopicKey } from '@labelflow/contracts';
 import type { DedupGate } from '@labelflow/dedup';
 import type { ConsumerLoop } from '@labelflow/messaging';
 import type { OutboxRelay } from '@labelflow/outbox';
-import { createLogger, createMetrics, installTracePropagation, type Logger } from '@labelflow/telemetry';
+import { createLogger, createMetrics, installTracePropagation, startTracing, TelemetryError, type Logger } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
+import { ServiceKitError, ServiceKitErrors } from '../errors';
 import { Lifecycle } from '../lifecycle';
 import type { Sweeper } from '../sweeper';
 import type { ServiceContext, ServiceDefinition } from './definition';
@@ -56,6 +57,9 @@ export async function buildService<C extends BaseConfig>(definition: ServiceDefi
 
 async function build<C extends BaseConfig>(definition: ServiceDefinition<C>, config: C, logger: Logger, lifecycle: Lifecycle): Promise<BuiltService<C>> {
   installTracePropagation();
+  // Registered first, so it closes last: the spans of everything else's shutdown are exported too.
+  const tracing = startTracingOrExplain(definition.name, logger);
+  lifecycle.onClose('tracing', () => tracing.shutdown());
   const metrics = createMetrics({ service: definition.name });
 
   // Open: each resource registers its close as it opens.
@@ -74,4 +78,14 @@ async function build<C extends BaseConfig>(definition: ServiceDefinition<C>, con
   const app = await wireHttp(w, ctx, consumer);
   const sweepers = definition.capabilities.flatMap((c) => c.sweepers?.(ctx) ?? []);
   return { app, ctx, lifecycle, relay, consumer: consumer.consumer, gate, consumedTopics: consumer.topics, sweepers };
+}
+
+/** The OTEL_* variables are configuration like any other: a bad one stops the start with CONFIG_INVALID. */
+function startTracingOrExplain(service: string, logger: Logger): ReturnType<typeof startTracing> {
+  try {
+    return startTracing({ service, logger });
+  } catch (error) {
+    if (!(error instanceof TelemetryError)) throw error;
+    throw new ServiceKitError(ServiceKitErrors.CONFIG_INVALID, `invalid configuration:\n  ${error.message}`, { details: error.details, cause: error });
+  }
 }

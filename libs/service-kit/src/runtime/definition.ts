@@ -9,8 +9,11 @@ import type { Migration } from '../migrations';
 import type { TaskSignals } from '../signals';
 import type { Sweeper } from '../sweeper';
 
+/** A process on this runtime: one of the saga's services, or the saga monitor, which consumes every topic and publishes nothing. */
+export type RuntimeName = ServiceName | 'saga-monitor';
+
 export interface ServiceContext<C extends BaseConfig = BaseConfig> {
-  readonly name: ServiceName;
+  readonly name: RuntimeName;
   readonly config: C;
   readonly logger: Logger;
   readonly metrics: Metrics;
@@ -35,7 +38,7 @@ export interface Capability<C extends BaseConfig = BaseConfig> {
 }
 
 export interface ServiceDefinition<C extends BaseConfig = BaseConfig> {
-  readonly name: ServiceName;
+  readonly name: RuntimeName;
   readonly migrations: readonly Migration[];
   readonly capabilities: readonly Capability<C>[];
   /**
@@ -44,6 +47,8 @@ export interface ServiceDefinition<C extends BaseConfig = BaseConfig> {
    * them skip a debit or a refund.
    */
   readonly confirmDedupInInbox?: boolean;
+  /** Routes answered without a token besides /healthz and /readyz (a page that holds no data and asks for the token itself). */
+  readonly publicRoutes?: readonly string[];
 }
 
-export const deadLetterTopic = (prefix: string, service: ServiceName): string => `${prefix}.${service}.dlq`;
+export const deadLetterTopic = (prefix: string, service: RuntimeName): string => `${prefix}.${service}.dlq`;

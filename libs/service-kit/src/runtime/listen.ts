@@ -2,6 +2,7 @@ import { pruneInbox } from '@labelflow/dedup';
 import { pruneIdempotencyKeys } from '@labelflow/idempotency';
 import type { Logger } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
+import { createMetricsApp } from '../http';
 import type { Lifecycle } from '../lifecycle';
 import { startSweeper } from '../sweeper';
 import { buildService, type BuildDeps, type BuiltService } from './build';
@@ -11,6 +12,8 @@ import { closeHttpFirst } from './wire-http';
 export interface RunningService<C extends BaseConfig = BaseConfig> extends BuiltService<C> {
   /** Where the HTTP API listens. */
   readonly url: string;
+  /** Where GET /metrics is served without a token, when METRICS_PORT is set. */
+  readonly metricsUrl?: string;
 }
 
 /**
@@ -47,10 +50,18 @@ async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise
     startSweeper(sweeper, { pool, emit: ctx.emit, logger, metrics: ctx.metrics, now: ctx.now, ...(caughtUpTo ? { caughtUpTo } : {}), everyMs: config.SWEEP_INTERVAL_MS }, lifecycle);
   }
   schedule(lifecycle, 'idempotency-prune', 3600_000, async () => void (await pruneIdempotencyKeys(pool)), logger);
+  const metricsUrl = config.METRICS_PORT === undefined ? undefined : await listenForScrapers(built, config.METRICS_PORT);
   const url = await app.listen({ port: config.PORT, host: config.HOST });
   closeHttpFirst(lifecycle, app, ctx.signals);
-  logger.info({ url, topics: consumedTopics }, `${ctx.name} listening`);
-  return { ...built, url };
+  logger.info({ url, ...(metricsUrl ? { metricsUrl } : {}), topics: consumedTopics }, `${ctx.name} listening`);
+  return { ...built, url, ...(metricsUrl ? { metricsUrl } : {}) };
+}
+
+/** GET /metrics without a token on its own port, for Prometheus in the private network. */
+async function listenForScrapers<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, port: number): Promise<string> {
+  const scrape = createMetricsApp({ logger: ctx.logger, metrics: ctx.metrics });
+  lifecycle.add({ name: 'metrics-http', close: () => scrape.close() });
+  return scrape.listen({ port, host: ctx.config.HOST });
 }
 
 /** Runs `job` now and every `everyMs` until the service closes; a failed run is logged, not fatal. */

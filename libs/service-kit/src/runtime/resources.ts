@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { TopicSchemas, topicName, type ServiceName, type TopicKey } from '@labelflow/contracts';
+import { TopicSchemas, topicName, type TopicKey } from '@labelflow/contracts';
 import { createKafka, ensureTopics, type Kafka } from '@labelflow/messaging';
 import type { Logger } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
@@ -8,7 +8,7 @@ import { createIdSource, type IdSource } from '../ids';
 import { kafkaSecurity } from '../kafka-security';
 import type { Lifecycle } from '../lifecycle';
 import { migrate, type Migration } from '../migrations';
-import { deadLetterTopic } from './definition';
+import { deadLetterTopic, type RuntimeName } from './definition';
 
 // The first steps of building a service: each opens one outside resource and registers its close
 // with the lifecycle right away, so a later step that fails still closes what came before.
@@ -47,7 +47,7 @@ export interface KafkaResources {
 }
 
 /** The Kafka client, every event topic and this service's DLQ (created if missing), and an admin for readiness. */
-export async function openKafka(name: ServiceName, config: BaseConfig, logger: Logger, lifecycle: Lifecycle): Promise<KafkaResources> {
+export async function openKafka(name: RuntimeName, config: BaseConfig, logger: Logger, lifecycle: Lifecycle): Promise<KafkaResources> {
   const kafka = createKafka({ brokers: config.KAFKA_BROKERS, clientId: name, logger, ...kafkaSecurity(config) });
   const allTopics = (Object.keys(TopicSchemas) as TopicKey[]).map((k) => topicName(config.KAFKA_TOPIC_PREFIX, k));
   const dlq = deadLetterTopic(config.KAFKA_TOPIC_PREFIX, name);
@@ -59,7 +59,7 @@ export async function openKafka(name: ServiceName, config: BaseConfig, logger: L
 }
 
 /** A Snowflake worker id leased in the database: no two live processes issue the same ids. */
-export async function leaseIds(pool: Pool, name: ServiceName, logger: Logger, lifecycle: Lifecycle): Promise<IdSource> {
+export async function leaseIds(pool: Pool, name: RuntimeName, logger: Logger, lifecycle: Lifecycle): Promise<IdSource> {
   const ids = await createIdSource({ pool, service: name, logger });
   lifecycle.onClose('id-source', () => ids.close());
   return ids;

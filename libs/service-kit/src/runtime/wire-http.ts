@@ -18,7 +18,10 @@ export async function wireHttp<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceC
   const app = createHttpApp({
     logger,
     metrics,
-    auth: authFromConfig(config, { redis, namespace: `lf:rl:${config.KAFKA_TOPIC_PREFIX}:${definition.name}`, logger, metrics }),
+    auth: {
+      ...authFromConfig(config, { redis, namespace: `lf:rl:${config.KAFKA_TOPIC_PREFIX}:${definition.name}`, logger, metrics }),
+      ...(definition.publicRoutes ? { publicRoutes: ['/healthz', '/readyz', ...definition.publicRoutes] } : {}),
+    },
     readiness: {
       postgres: () => pool.query('SELECT 1'),
       redis: () => redis.ping(),

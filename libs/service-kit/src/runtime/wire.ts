@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { TopicSchemas, topicName, topicOf, type DomainEvent, type ServiceName, type TopicKey } from '@labelflow/contracts';
+import { TopicSchemas, topicName, topicOf, type DomainEvent, type TopicKey } from '@labelflow/contracts';
 import { createDedupGate, inboxReader, type DedupGate } from '@labelflow/dedup';
 import { createConsumerLoop, createPublisher, type ConsumerLoop } from '@labelflow/messaging';
 import { createOutboxRelay, type OutboxRelay } from '@labelflow/outbox';
@@ -11,7 +11,7 @@ import { createEmitter, uuidIds, type EmitMany } from '../events';
 import type { IdSource } from '../ids';
 import type { Lifecycle } from '../lifecycle';
 import { createTaskSignals } from '../signals';
-import type { ServiceContext, ServiceDefinition } from './definition';
+import type { RuntimeName, ServiceContext, ServiceDefinition } from './definition';
 import type { KafkaResources } from './resources';
 
 /** What the opening steps produced, and what every wiring step draws on. */
@@ -28,7 +28,7 @@ export interface Wiring<C extends BaseConfig> {
 }
 
 /** The LISTEN/NOTIFY channel the relay wakes on when a transaction appends to the outbox. */
-const outboxChannel = (name: ServiceName) => `outbox_${name.replace(/-/g, '_')}`;
+const outboxChannel = (name: RuntimeName) => `outbox_${name.replace(/-/g, '_')}`;
 
 /** What capabilities see: ids, the clock, the outbox emitter and the task signals (listening already). */
 export async function wireContext<C extends BaseConfig>(w: Wiring<C>): Promise<{ ctx: ServiceContext<C>; emitMany: EmitMany }> {

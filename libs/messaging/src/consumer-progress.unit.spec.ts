@@ -1,0 +1,99 @@
+import type { Admin } from 'kafkajs';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { createMetrics } from '@labelflow/telemetry';
+import { captureLogs, metricValue } from '@labelflow/testing';
+import { createConsumerMetrics } from './consumer-metrics';
+import { createProgressProbe } from './consumer-progress';
+
+type Offsets = Record<string, { low: number; high: number; committed?: number }[]>;
+
+/**
+ * The two admin calls the probe makes, over offsets the test sets: per topic, per partition (the
+ * index), the log start, the high watermark and the group's committed offset (none when absent).
+ */
+const fakeAdmin = (offsets: () => Offsets) => {
+  const calls = { topicOffsets: 0, groupOffsets: 0 };
+  const admin = {
+    async fetchTopicOffsets(topic: string) {
+      calls.topicOffsets += 1;
+      return (offsets()[topic] ?? []).map((p, partition) => ({ partition, offset: String(p.high), high: String(p.high), low: String(p.low) }));
+    },
+    async fetchOffsets({ topics }: { groupId: string; topics: string[] }) {
+      calls.groupOffsets += 1;
+      return topics.map((topic) => ({
+        topic,
+        partitions: (offsets()[topic] ?? []).map((p, partition) => ({ partition, offset: String(p.committed ?? -1), metadata: null })),
+      }));
+    },
+  } as unknown as Admin;
+  return { admin, calls };
+};
+
+describe('the progress probe', () => {
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
+  const setup = (offsets: () => Offsets) => {
+    const metrics = createMetrics({ service: 'progress-test', defaults: false });
+    const { admin, calls } = fakeAdmin(offsets);
+    const probe = createProgressProbe({
+      admin,
+      groupId: 'labelflow.qa-svc',
+      topics: Object.keys(offsets()),
+      everyMs: 1_000,
+      metrics: createConsumerMetrics(metrics),
+      log: captureLogs({ service: 'progress-test' }).logger,
+    });
+    const lag = async (topic: string, partition: number) =>
+      metricValue(await metrics.render(), 'consumer_lag_messages', { group: 'labelflow.qa-svc', topic, partition: String(partition) });
+    return { probe, calls, metrics, lag };
+  };
+
+  it('reports the lag of every partition as the high watermark minus the group committed offset', async () => {
+    const { probe, lag, metrics } = setup(() => ({
+      'labelflow.label-events': [
+        { low: 0, high: 10, committed: 7 },
+        { low: 0, high: 4, committed: 4 },
+      ],
+      'labelflow.task-events': [{ low: 0, high: 3, committed: 0 }],
+    }));
+    probe.start();
+    await vi.advanceTimersByTimeAsync(1_000);
+    probe.stop();
+    expect(await lag('labelflow.label-events', 0)).toBe(3);
+    expect(await lag('labelflow.label-events', 1)).toBe(0);
+    expect(await lag('labelflow.task-events', 0)).toBe(3);
+    expect(await metrics.render()).toMatch(/consumer_lag_messages\{group="labelflow\.qa-svc",topic="labelflow\.label-events",partition="0",service="progress-test"\} 3/);
+  });
+
+  it('counts a partition the group never committed on from its log start, not from offset zero', async () => {
+    const { probe, lag } = setup(() => ({ 'labelflow.qa-events': [{ low: 40, high: 50 }, { low: 0, high: 0 }] }));
+    probe.start();
+    await vi.advanceTimersByTimeAsync(1_000);
+    probe.stop();
+    expect(await lag('labelflow.qa-events', 0)).toBe(10);
+    expect(await lag('labelflow.qa-events', 1)).toBe(0);
+  });
+
+  it('never reports a negative lag when the group committed past the watermark it read a moment before', async () => {
+    const { probe, lag } = setup(() => ({ 'labelflow.qa-events': [{ low: 0, high: 5, committed: 8 }] }));
+    probe.start();
+    await vi.advanceTimersByTimeAsync(1_000);
+    probe.stop();
+    expect(await lag('labelflow.qa-events', 0)).toBe(0);
+  });
+
+  it('follows the group as it catches up, with no admin call beyond the two the progress probe makes', async () => {
+    let committed = 2;
+    const { probe, lag, calls } = setup(() => ({ 'labelflow.billing-events': [{ low: 0, high: 6, committed }] }));
+    probe.start();
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(await lag('labelflow.billing-events', 0)).toBe(4);
+    committed = 6;
+    await vi.advanceTimersByTimeAsync(1_000);
+    probe.stop();
+    expect(await lag('labelflow.billing-events', 0)).toBe(0);
+    expect(probe.caughtUpTo()).toBeDefined();
+    expect(calls).toEqual({ topicOffsets: 2, groupOffsets: 2 });
+  });
+});
