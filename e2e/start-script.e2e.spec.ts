@@ -23,14 +23,14 @@ const portFree = (port: number) =>
     server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
 
-/** Four consecutive free ports well away from 3001-3004 (the stack `npm start` runs by default). */
+/** Five consecutive free ports (the services, then the saga monitor) well away from 3001-3005 (the stack `npm start` runs by default). */
 async function spareBase(): Promise<number> {
   for (let tries = 0; tries < 50; tries++) {
     const base = 20_000 + Math.floor(Math.random() * 20_000);
-    const free = await Promise.all([0, 1, 2, 3].map((i) => portFree(base + i)));
+    const free = await Promise.all([0, 1, 2, 3, 4].map((i) => portFree(base + i)));
     if (free.every(Boolean)) return base;
   }
-  throw new Error('no four consecutive free ports found');
+  throw new Error('no five consecutive free ports found');
 }
 
 /** The output of a running process, and a way to wait until some of it has appeared. */
@@ -78,7 +78,7 @@ describe('npm start (scripts/start.sh)', () => {
     // Only what this test started: the script, then any service it left behind.
     if (script?.pid && alive(script.pid)) script.kill('SIGKILL');
     for (const pid of pids) if (alive(pid)) process.kill(pid, 'SIGKILL');
-    for (const name of serviceNames) await dropDatabase(infra.pgUrl, `${name.replace('-', '_')}${dbSuffix}`).catch(() => undefined);
+    for (const name of [...serviceNames, 'saga-monitor']) await dropDatabase(infra.pgUrl, `${name.replace('-', '_')}${dbSuffix}`).catch(() => undefined);
     rmSync(logDir, { recursive: true, force: true });
   });
 

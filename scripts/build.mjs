@@ -1,8 +1,8 @@
-// Bundles each service into dist/apps/<svc>/main.js. Path aliases (@labelflow/*) are resolved from
+// Bundles each service (and the saga monitor) into dist/apps/<svc>/main.js. Path aliases (@labelflow/*) are resolved from
 // tsconfig; npm packages stay external and load from node_modules at run time.
 import { build } from 'esbuild';
 
-const all = ['task-svc', 'label-svc', 'qa-svc', 'billing-svc'];
+const all = ['task-svc', 'label-svc', 'qa-svc', 'billing-svc', 'saga-monitor'];
 const wanted = process.argv.slice(2);
 const services = wanted.length > 0 ? wanted : all;
 for (const svc of services) {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Starts the whole local stack: installs what is missing, starts Kafka, PostgreSQL and Redis, builds
-# and starts the four services, prints their URLs, and keeps them running: a service that exits is
+# and starts the four services and the saga monitor, prints their URLs, and keeps them running: a service that exits is
 # started again with backoff (below), the others untouched. Ctrl-C stops what this run started.
 #
 # Env overrides, to run a second stack beside the default one (tests do):
 #   LABELFLOW_PORT_BASE   first HTTP port (default 3001): task-svc, label-svc, qa-svc, billing-svc
-#                         listen on it and the next three
+#                         listen on it and the next three, saga-monitor on the one after (3005)
 #   LABELFLOW_DB_SUFFIX   appended to each database name (default none: task_svc, label_svc, ...)
 #   LABELFLOW_LOG_DIR     where the services' logs go (default .local/logs)
 #   LABELFLOW_KEEP_INFRA  1: leave Kafka, PostgreSQL and Redis running at exit, even if this run
@@ -48,8 +48,9 @@ PORT_BASE="${LABELFLOW_PORT_BASE:-3001}"
 DB_SUFFIX="${LABELFLOW_DB_SUFFIX:-}"
 SVC_LOG_DIR="${LABELFLOW_LOG_DIR:-.local/logs}"
 mkdir -p "$SVC_LOG_DIR"
-SERVICES=(task-svc label-svc qa-svc billing-svc)
-declare -A ports=([task-svc]=$PORT_BASE [label-svc]=$((PORT_BASE + 1)) [qa-svc]=$((PORT_BASE + 2)) [billing-svc]=$((PORT_BASE + 3)))
+# The monitor comes last: it only reads what the services publish.
+SERVICES=(task-svc label-svc qa-svc billing-svc saga-monitor)
+declare -A ports=([task-svc]=$PORT_BASE [label-svc]=$((PORT_BASE + 1)) [qa-svc]=$((PORT_BASE + 2)) [billing-svc]=$((PORT_BASE + 3)) [saga-monitor]=$((PORT_BASE + 4)))
 # Supervision, like compose's `restart: unless-stopped`: a service that exits while this script runs
 # is started again after RESTART_MIN_S, doubling with each exit up to RESTART_MAX_S; one that stayed
 # up RESTART_RESET_S seconds starts over at RESTART_MIN_S. Only Ctrl-C (SIGINT, SIGTERM) stops them.
@@ -127,6 +128,8 @@ labelflow is running (logs in $SVC_LOG_DIR/):
   qa-svc       http://127.0.0.1:${ports[qa-svc]}   POST /reviews/:taskId, GET /reviews[/:taskId]
   billing-svc  http://127.0.0.1:${ports[billing-svc]}   POST /projects, POST /projects/:id/top-ups, GET /projects/:id,
                                         POST /tasks/:id/billing/retry (admin), GET /tasks/:id/billing, GET /annotators/:id/payouts
+  saga-monitor http://127.0.0.1:${ports[saga-monitor]}   the saga timeline page: http://127.0.0.1:${ports[saga-monitor]}/ui (paste a token from
+                                        npm run token -- --user you --role admin); GET /sagas?search=, /sagas/:taskId, /sagas/alerts
   each also serves /healthz, /readyz and /metrics; the full reference is docs/http-api.md
   Kafka $KAFKA_BROKERS   PostgreSQL $PG_URL   Redis $REDIS_URL
 

@@ -30,6 +30,9 @@ node scripts/build.mjs
 step "compose file"
 bash infra/local/validate-compose.sh
 
+step "browser for the timeline page test: Debian's chromium (installed when missing)"
+bash scripts/ensure-chromium.sh
+
 mkdir -p test-results
 for tier in unit int e2e; do
   step "tests: $tier"

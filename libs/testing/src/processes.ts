@@ -7,13 +7,16 @@ const run = promisify(execFile);
 
 export const serviceNames: readonly ServiceName[] = ['task-svc', 'label-svc', 'qa-svc', 'billing-svc'];
 
+/** Every process a test can spawn: the four services, and the saga monitor that watches them. */
+export type ProcessName = ServiceName | 'saga-monitor';
+
 /** Bundles the services (esbuild, well under a second) so tests run what production runs. */
 export async function buildServices(): Promise<void> {
   await run('node', ['scripts/build.mjs'], { cwd: repoRoot, timeout: 120_000 });
 }
 
-export interface ServiceProcess {
-  readonly name: ServiceName;
+export interface ServiceProcess<N extends ProcessName = ServiceName> {
+  readonly name: N;
   readonly url: string;
   /** Topic keys the service consumes (`task`, `label`, ...), as it reported at start. */
   readonly consumes: readonly string[];
@@ -33,7 +36,7 @@ const MAX_LOG = 2_000_000;
  * Spawns a built service on a free port (PORT=0) and resolves once it logs that it listens, which
  * it does only after its database, topics, relay and consumer are up.
  */
-export function startServiceProcess(name: ServiceName, env: Record<string, string>, { timeoutMs = 60_000 } = {}): Promise<ServiceProcess> {
+export function startServiceProcess<N extends ProcessName = ServiceName>(name: N, env: Record<string, string>, { timeoutMs = 60_000 } = {}): Promise<ServiceProcess<N>> {
   const child = spawn(process.execPath, ['--enable-source-maps', `dist/apps/${name}/main.js`], {
     cwd: repoRoot,
     env: { ...process.env, LOG_LEVEL: 'info', ...env, PORT: '0', HOST: '127.0.0.1' },
@@ -45,7 +48,7 @@ export function startServiceProcess(name: ServiceName, env: Record<string, strin
     if (log.length > MAX_LOG) log = log.slice(-MAX_LOG / 2);
   };
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
-  const handle = (url: string, consumes: readonly string[]): ServiceProcess => ({
+  const handle = (url: string, consumes: readonly string[]): ServiceProcess<N> => ({
     name,
     url,
     consumes,

@@ -51,7 +51,7 @@ export const freshSnowflake = (): string => ((BigInt(Date.now()) << 22n) | BigIn
  */
 export async function buildTestService<B extends BuiltLike>(
   infra: Pick<TestInfra, 'kafkaBrokers' | 'pgUrl' | 'redisUrl'>,
-  name: ServiceName,
+  name: ServiceName | 'saga-monitor',
   build: (env: Record<string, string>) => Promise<B>,
   env: Readonly<Record<string, string>> = {},
 ): Promise<InProcessService<B>> {

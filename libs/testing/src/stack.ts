@@ -8,6 +8,12 @@ import type { TestInfra } from './infra';
 import { uniqueName } from './names';
 import { serviceNames, startServiceProcess, type ServiceProcess } from './processes';
 
+/** What `startStack` starts besides the four services. */
+export interface StackOptions {
+  /** Also start the saga monitor (apps/saga-monitor), last, with these settings on top of the stack's. */
+  readonly monitor?: Record<string, string>;
+}
+
 export interface TestStack {
   readonly prefix: string;
   readonly databases: Readonly<Record<ServiceName, string>>;
@@ -22,6 +28,10 @@ export interface TestStack {
   groupOf(name: ServiceName): string;
   /** Metrics text of a service's current process. */
   metrics(name: ServiceName): Promise<string>;
+  /** The saga monitor, when the stack was started with `monitor` (undefined otherwise). */
+  readonly monitor: ServiceProcess<'saga-monitor'> | undefined;
+  /** A client of the saga monitor acting as `identity` (default: a platform admin); throws when it was not started. */
+  monitorHttp(identity?: TestIdentity | null): HttpClient;
   /**
    * Resolves once the stack is at rest: every outbox is drained and every service's consumer group
    * has committed all that is on its topics (in that order, and again until both hold together,
@@ -35,18 +45,23 @@ export interface TestStack {
  * The four services as real processes on real infrastructure, isolated from every other test by a
  * fresh topic prefix (so fresh topics and consumer groups) and fresh databases.
  */
-export async function startStack(infra: Pick<TestInfra, 'kafkaBrokers' | 'pgUrl' | 'redisUrl'>, overrides: Partial<Record<ServiceName, Record<string, string>>> = {}): Promise<TestStack> {
+export async function startStack(
+  infra: Pick<TestInfra, 'kafkaBrokers' | 'pgUrl' | 'redisUrl'>,
+  overrides: Partial<Record<ServiceName, Record<string, string>>> = {},
+  options: StackOptions = {},
+): Promise<TestStack> {
   const prefix = uniqueName('lf');
   const databases = {} as Record<ServiceName, string>;
   for (const name of serviceNames) databases[name] = (await createTestDatabase(infra.pgUrl, `${prefix}_${name.replace('-', '_')}`)).url;
   const processes = {} as Record<ServiceName, ServiceProcess>;
   const extras: ServiceProcess[] = [];
   const auth = await authEnv();
-  const baseEnv = (name: ServiceName): Record<string, string> => ({
+  const monitorDatabase = `${prefix}_saga_monitor`;
+  const baseEnv = (name: ServiceName | 'saga-monitor'): Record<string, string> => ({
     ...auth,
     KAFKA_BROKERS: infra.kafkaBrokers,
     REDIS_URL: infra.redisUrl,
-    DATABASE_URL: databases[name],
+    DATABASE_URL: name === 'saga-monitor' ? `${infra.pgUrl}/${monitorDatabase}` : databases[name],
     KAFKA_TOPIC_PREFIX: prefix,
     KAFKA_TOPIC_PARTITIONS: '3',
     OUTBOX_POLL_MS: '200',
@@ -62,11 +77,15 @@ export async function startStack(infra: Pick<TestInfra, 'kafkaBrokers' | 'pgUrl'
     processes[name] = await startServiceProcess(name, { ...baseEnv(name), ...env });
     return processes[name];
   };
+  let monitor: ServiceProcess<'saga-monitor'> | undefined;
   try {
     // Sequential: the first start creates the shared topics; the others then find them.
     for (const name of serviceNames) await start(name, overrides[name]);
+    // Last: it only reads what the services publish. It creates its own database.
+    if (options.monitor) monitor = await startServiceProcess('saga-monitor', { ...baseEnv('saga-monitor'), ...options.monitor });
   } catch (error) {
     await Promise.all(Object.values(processes).map((p) => p.kill()));
+    if (options.monitor) await dropDatabase(infra.pgUrl, monitorDatabase);
     throw error;
   }
   const groupOf = (name: ServiceName) => `${prefix}.${name}`;
@@ -83,6 +102,11 @@ export async function startStack(infra: Pick<TestInfra, 'kafkaBrokers' | 'pgUrl'
     },
     groupOf,
     metrics: async (name) => (await httpClient(processes[name].url).get<string>('/metrics')).body,
+    monitor,
+    monitorHttp: (identity) => {
+      if (!monitor) throw new Error('the stack runs no saga monitor: start it with startStack(infra, overrides, { monitor: {} })');
+      return httpClient(monitor.url, identity === undefined ? ADMIN : identity);
+    },
     quiesce: async (timeoutMs = 60_000) => {
       await eventually(async () => {
         for (const name of serviceNames) {
@@ -101,8 +125,9 @@ export async function startStack(infra: Pick<TestInfra, 'kafkaBrokers' | 'pgUrl'
       }, { timeoutMs, intervalMs: 250 });
     },
     async stop() {
-      await Promise.all([...Object.values(processes), ...extras].map((p) => p.stop()));
+      await Promise.all([...Object.values(processes), ...extras, ...(monitor ? [monitor] : [])].map((p) => p.stop()));
       for (const name of serviceNames) await dropDatabase(infra.pgUrl, new URL(databases[name]).pathname.slice(1));
+      if (monitor) await dropDatabase(infra.pgUrl, monitorDatabase);
     },
   };
 }

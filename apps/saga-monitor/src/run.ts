@@ -1,0 +1,32 @@
+import { buildService, listen, type BuildDeps, type BuiltService, type RunningService } from '@labelflow/service-kit';
+import type { SagaMonitorConfig } from './config';
+import { startDeadLetterFollower } from './sagas/dead-letters';
+import { startNoticeDrain } from './sagas/notices';
+import { createWebhook } from './sagas/webhook';
+import { sagaMonitor } from './service';
+
+/**
+ * Starts a built monitor: the service runtime (consumer, alert sweeper, HTTP), then the drain that
+ * turns committed notices into metrics, log lines and webhook posts, and the follower of the
+ * services' dead-letter topics. A failed start closes everything.
+ */
+export async function runSagaMonitor(built: BuiltService<SagaMonitorConfig>): Promise<RunningService<SagaMonitorConfig>> {
+  const running = await listen(built);
+  const { ctx, lifecycle } = running;
+  const { config, logger, metrics, pool } = ctx;
+  const webhook = config.MONITOR_WEBHOOK_URL
+    ? createWebhook({ url: config.MONITOR_WEBHOOK_URL, attempts: config.MONITOR_WEBHOOK_ATTEMPTS, timeoutMs: config.MONITOR_WEBHOOK_TIMEOUT_MS, logger: logger.child({ component: 'webhook' }), metrics })
+    : undefined;
+  try {
+    startNoticeDrain({ pool, logger, metrics, ...(webhook ? { webhook } : {}), everyMs: config.MONITOR_NOTICE_POLL_MS }, lifecycle);
+    await startDeadLetterFollower({ config, pool, logger, lifecycle });
+  } catch (error) {
+    await lifecycle.close();
+    throw error;
+  }
+  return running;
+}
+
+export async function startSagaMonitor(config: SagaMonitorConfig, deps: BuildDeps = {}): Promise<RunningService<SagaMonitorConfig>> {
+  return runSagaMonitor(await buildService(sagaMonitor, config, deps));
+}

@@ -1,0 +1,104 @@
+import { TopicOwners } from '@labelflow/contracts';
+import { createKafka, ensureTopics } from '@labelflow/messaging';
+import { deadLetterTopic, kafkaSecurity, type Lifecycle, type Pool, type Queryable } from '@labelflow/service-kit';
+import type { Logger } from '@labelflow/telemetry';
+import type { SagaMonitorConfig } from '../config';
+
+/** Headers the consumer loop writes on every dead letter (libs/messaging/src/dead-letter.ts). */
+const Dlq = { code: 'dlq-error-code', message: 'dlq-error-message', sourceTopic: 'dlq-source-topic', sourcePartition: 'dlq-source-partition', sourceOffset: 'dlq-source-offset', failedAt: 'dlq-failed-at' } as const;
+
+export interface DeadLetterRow {
+  readonly topic: string;
+  readonly partition: number;
+  readonly offset: string;
+  readonly service: string;
+  readonly taskId: string | null;
+  readonly eventId: string | null;
+  readonly eventType: string | null;
+  readonly code: string;
+  readonly reason: string;
+  readonly source: string | null;
+  readonly failedAt: string | null;
+}
+
+type Headers = Readonly<Record<string, Buffer | string | (Buffer | string)[] | undefined>>;
+const header = (headers: Headers | undefined, name: string): string | undefined => {
+  const value = headers?.[name];
+  const one = Array.isArray(value) ? value[0] : value;
+  return one === undefined ? undefined : one.toString();
+};
+const TASK_ID = /^[1-9][0-9]{0,18}$/;
+
+/**
+ * What the timeline keeps of one dead letter. The message may be anything (a dead letter is often
+ * one that could not be read): the task is its key when that is a task id, the event its value
+ * when that is readable JSON, the type its `event-type` header otherwise.
+ */
+export function readDeadLetter(topic: string, partition: number, message: { offset: string; key: Buffer | null; value: Buffer | null; headers?: Headers }, prefix: string): DeadLetterRow {
+  const key = message.key?.toString() ?? null;
+  let body: { id?: unknown; type?: unknown; taskId?: unknown } = {};
+  try {
+    const parsed: unknown = message.value ? JSON.parse(message.value.toString()) : {};
+    if (parsed !== null && typeof parsed === 'object') body = parsed;
+  } catch {
+    // Not JSON: the headers and the key still say what it was.
+  }
+  const taskId = key !== null && TASK_ID.test(key) ? key : typeof body.taskId === 'string' && TASK_ID.test(body.taskId) ? body.taskId : null;
+  const sourceTopic = header(message.headers, Dlq.sourceTopic);
+  const failedAt = header(message.headers, Dlq.failedAt);
+  return {
+    topic,
+    partition,
+    offset: message.offset,
+    service: topic.slice(prefix.length + 1, -'.dlq'.length),
+    taskId,
+    eventId: typeof body.id === 'string' ? body.id.slice(0, 64) : null,
+    eventType: (typeof body.type === 'string' ? body.type : header(message.headers, 'event-type'))?.slice(0, 100) ?? null,
+    code: header(message.headers, Dlq.code) ?? 'UNKNOWN',
+    reason: (header(message.headers, Dlq.message) ?? '').slice(0, 4000),
+    source: sourceTopic ? `${sourceTopic}/${header(message.headers, Dlq.sourcePartition) ?? '?'}@${header(message.headers, Dlq.sourceOffset) ?? '?'}` : null,
+    failedAt: failedAt !== undefined && !Number.isNaN(Date.parse(failedAt)) ? failedAt : null,
+  };
+}
+
+export async function recordDeadLetter(db: Queryable, d: DeadLetterRow): Promise<void> {
+  await db.query(
+    `INSERT INTO dead_letters (topic, partition, "offset", service, task_id, event_id, event_type, code, reason, source, failed_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING`,
+    [d.topic, d.partition, d.offset, d.service, d.taskId, d.eventId, d.eventType, d.code, d.reason, d.source, d.failedAt],
+  );
+}
+
+export async function deadLettersOf(db: Queryable, taskId: string): Promise<DeadLetterRow[]> {
+  const { rows } = await db.query<{ topic: string; partition: number; offset: string; service: string; task_id: string | null; event_id: string | null; event_type: string | null; code: string; reason: string; source: string | null; failed_at: Date | null }>(
+    `SELECT topic, partition, "offset"::text AS offset, service, task_id, event_id, event_type, code, reason, source, failed_at FROM dead_letters WHERE task_id = $1 ORDER BY recorded_at, topic, partition, "offset"`,
+    [taskId],
+  );
+  return rows.map((r) => ({ topic: r.topic, partition: r.partition, offset: r.offset, service: r.service, taskId: r.task_id, eventId: r.event_id, eventType: r.event_type, code: r.code, reason: r.reason, source: r.source, failedAt: r.failed_at?.toISOString() ?? null }));
+}
+
+/**
+ * Follows the four services' dead-letter topics with a group of its own and keeps each dead letter
+ * for its task's timeline. At least once into an idempotent insert (the coordinates are the key),
+ * so a restart that reads some again records nothing twice.
+ */
+export async function startDeadLetterFollower(deps: { readonly config: SagaMonitorConfig; readonly pool: Pool; readonly logger: Logger; readonly lifecycle: Lifecycle }): Promise<void> {
+  const { config, pool, lifecycle } = deps;
+  const logger = deps.logger.child({ component: 'dead-letters' });
+  const prefix = config.KAFKA_TOPIC_PREFIX;
+  const kafka = createKafka({ brokers: config.KAFKA_BROKERS, clientId: 'saga-monitor-dead-letters', logger, ...kafkaSecurity(config) });
+  const topics = Object.values(TopicOwners).map((service) => deadLetterTopic(prefix, service));
+  // Each service creates its own DLQ at start; the monitor may start first.
+  await ensureTopics(kafka, topics, config.KAFKA_TOPIC_PARTITIONS);
+  const consumer = kafka.consumer({ groupId: `${prefix}.saga-monitor.dead-letters`, sessionTimeout: config.KAFKA_SESSION_TIMEOUT_MS });
+  lifecycle.onClose('dead-letter-follower', () => consumer.disconnect());
+  await consumer.connect();
+  await consumer.subscribe({ topics, fromBeginning: true });
+  await consumer.run({
+    eachMessage: async ({ topic, partition, message }) => {
+      const row = readDeadLetter(topic, partition, message, prefix);
+      await recordDeadLetter(pool, row);
+      logger.info({ topic, offset: message.offset, taskId: row.taskId, code: row.code }, 'dead letter recorded');
+    },
+  });
+}

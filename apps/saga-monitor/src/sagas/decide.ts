@@ -1,0 +1,62 @@
+import type { Decision, Rejection } from '@labelflow/service-kit';
+import { CloseCause, seenAt, watchedSteps, specOf, type CloseCause as Cause, type Fact, type SagaWatchState, type StepDeadlines, type Watch, type WatchEvent } from './state';
+
+export type WatchCommand =
+  /** An event of the saga was consumed: it may end watches (the awaited event, a reopen, a cancel) and start one. */
+  | { readonly type: 'Observe'; readonly fact: Fact; readonly deadlines: StepDeadlines }
+  /** The sweeper's clock reached `now`: every watch due by then alerts, once. */
+  | { readonly type: 'Sweep'; readonly now: string };
+
+export type WatchDecidedEvent = Exclude<WatchEvent, { readonly type: 'FactObserved' }>;
+
+export const WatchRejections = {
+  NOTHING_DUE: 'NOTHING_DUE',
+} as const;
+export type WatchRejection = Rejection<keyof typeof WatchRejections>;
+
+const plusMs = (iso: string, ms: number) => new Date(new Date(iso).getTime() + ms).toISOString();
+
+/** Why an event ends a watch, if it does. */
+function closes(watch: Watch, fact: Fact): Cause | undefined {
+  if (fact.type === 'TaskCancelled') return CloseCause.cancelled;
+  // The attempt was reworked: its step will never come, and nobody waits for it.
+  if (fact.type === 'TaskReopened' && fact.attempt > watch.attempt) return CloseCause.superseded;
+  if (fact.attempt === watch.attempt && specOf(watch.step).awaits.includes(fact.type)) return CloseCause.arrived;
+  return undefined;
+}
+
+function observe(state: SagaWatchState, fact: Fact, deadlines: StepDeadlines): WatchDecidedEvent[] {
+  if (state.cancelled) return [];
+  const events: WatchDecidedEvent[] = [];
+  for (const watch of state.watches) {
+    const cause = closes(watch, fact);
+    if (cause) events.push({ type: 'WatchClosed', step: watch.step, attempt: watch.attempt, cause, at: fact.occurredAt, since: watch.since, dueAt: watch.dueAt, alertedAt: watch.alertedAt });
+  }
+  if (fact.type === 'TaskCancelled' || fact.attempt < state.reopenedAttempt) return events;
+  for (const spec of watchedSteps) {
+    if (spec.after !== fact.type) continue;
+    if (state.watches.some((w) => w.step === spec.step && w.attempt === fact.attempt)) continue;
+    // Consumed from another topic before the event that starts the step: nothing to wait for.
+    if (spec.awaits.some((type) => seenAt(state, type, fact.attempt) !== undefined)) continue;
+    events.push({ type: 'WatchOpened', step: spec.step, attempt: fact.attempt, since: fact.occurredAt, dueAt: plusMs(fact.occurredAt, deadlines[spec.step]) });
+  }
+  return events;
+}
+
+/** The watchdog's pure decision: which steps to wait for, which arrived, which are overdue. */
+export function decide(command: WatchCommand, state: SagaWatchState): Decision<WatchDecidedEvent, WatchRejection> {
+  switch (command.type) {
+    case 'Observe':
+      return { ok: true, events: observe(state, command.fact, command.deadlines) };
+    case 'Sweep': {
+      const now = new Date(command.now).getTime();
+      const due = state.watches.filter((w) => w.alertedAt === null && new Date(w.dueAt).getTime() <= now);
+      if (due.length === 0) return { ok: false, reason: { code: WatchRejections.NOTHING_DUE, message: `no watch of the task is due at ${command.now}` } };
+      return { ok: true, events: due.map((w) => ({ type: 'AlertRaised', step: w.step, attempt: w.attempt, since: w.since, dueAt: w.dueAt, at: command.now })) };
+    }
+    default: {
+      const unhandled: never = command;
+      return unhandled;
+    }
+  }
+}

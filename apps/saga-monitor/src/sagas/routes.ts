@@ -1,0 +1,123 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { Permission, projectsWith } from '@labelflow/auth';
+import { TaskId, type ProjectId } from '@labelflow/contracts';
+import { guard, HttpError, parseInput, type ServiceContext } from '@labelflow/service-kit';
+import type { SagaMonitorConfig } from '../config';
+import { deadLettersOf } from './dead-letters';
+import { findSaga, overdueWatches, sagaEvents, sagaWatches, searchSagas, type EventDbRow, type SagaView, type StuckRow } from './repository';
+import { describe, EventKind, kindOf } from './timeline';
+import { renderPage } from './ui';
+
+const TaskParams = z.object({ taskId: TaskId });
+const SearchQuery = z.object({
+  /** A task id, or a task number such as PRJ-17 (any case). */
+  search: z.string().trim().min(1).max(64).optional(),
+  limit: z.coerce.number().int().min(1).max(200).default(50),
+});
+const AlertsQuery = z.object({ limit: z.coerce.number().int().min(1).max(1000).default(200) });
+
+const sagaNotFound = (taskId: string) => ({ code: 'SAGA_NOT_FOUND', message: `no saga for task ${taskId} (yet)` });
+
+/**
+ * A timeline names everyone who worked on the task, so it is for those who may see people:
+ * platform admins, and owners and managers of the task's project (docs/http-api.md).
+ */
+const VIEW = Permission.peopleRead;
+const visibleProjects = (request: FastifyRequest) => (request.principal.admin ? 'all' : projectsWith(request.principal, VIEW));
+
+const summary = (s: SagaView) => ({
+  taskId: s.taskId,
+  projectId: s.projectId,
+  taskNumber: s.taskNumber,
+  title: s.title,
+  attempt: s.attempt,
+  lastEventType: s.lastEventType,
+  outcome: s.outcome,
+  firstEventAt: s.firstEventAt,
+  lastEventAt: s.lastEventAt,
+  eventCount: s.events,
+  duplicatesDropped: s.duplicatesDropped,
+});
+
+/** How each attempt went: when it ran, its events, and how it ended (reworked, or the saga's outcome). */
+function attemptsOf(events: readonly EventDbRow[]) {
+  const attempts = [...new Set(events.map((e) => e.attempt))].sort((a, b) => a - b);
+  return attempts.map((attempt) => {
+    const own = events.filter((e) => e.attempt === attempt);
+    const reopen = events.find((e) => e.type === 'TaskReopened' && e.attempt === attempt + 1);
+    const ending = [...own].reverse().find((e) => kindOf(e.type) === EventKind.outcome);
+    return {
+      attempt,
+      startedAt: own[0]?.occurred_at.toISOString() ?? null,
+      lastEventAt: own.at(-1)?.occurred_at.toISOString() ?? null,
+      events: own.length,
+      ended: reopen ? `reopened: ${String(reopen.payload.reason)}` : ending ? ending.type : null,
+    };
+  });
+}
+
+const stuckView = (w: StuckRow) => ({
+  taskId: w.task_id,
+  projectId: w.project_id,
+  taskNumber: w.task_number,
+  title: w.title,
+  step: w.step,
+  attempt: w.attempt,
+  since: w.since.toISOString(),
+  dueAt: w.due_at.toISOString(),
+  alerting: w.alerted_at !== null,
+  alertedAt: w.alerted_at?.toISOString() ?? null,
+  lastEventType: w.last_event_type,
+});
+
+export function sagaRoutes(app: FastifyInstance, ctx: ServiceContext<SagaMonitorConfig>): void {
+  const traceUrl = (traceId: string | null) => (traceId && ctx.config.JAEGER_URL ? `${ctx.config.JAEGER_URL.replace(/\/+$/, '')}/trace/${traceId}` : null);
+  const page = renderPage();
+
+  // The page holds no data: it asks for a token and sends it with every call below.
+  app.get('/ui', async (_request, reply) => reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').header('x-frame-options', 'DENY').send(page));
+
+  app.get('/sagas/alerts', async (request) => {
+    const { limit } = parseInput(AlertsQuery, request.query, 'query');
+    const rows = await overdueWatches(ctx.pool, { projectIds: visibleProjects(request), now: ctx.now(), limit });
+    return { alerts: rows.map(stuckView) };
+  });
+
+  app.get('/sagas', async (request) => {
+    const { search, limit } = parseInput(SearchQuery, request.query, 'query');
+    const sagas = await searchSagas(ctx.pool, { ...(search === undefined ? {} : { search }), projectIds: visibleProjects(request), limit });
+    return { sagas: sagas.map(summary) };
+  });
+
+  app.get('/sagas/:taskId', async (request) => {
+    const { taskId } = parseInput(TaskParams, request.params, 'path');
+    const saga = await findSaga(ctx.pool, taskId);
+    if (!saga) throw new HttpError(404, 'SAGA_NOT_FOUND', sagaNotFound(taskId).message);
+    guard(request, VIEW, saga.projectId as ProjectId, sagaNotFound(taskId));
+    const [events, watches, deadLetters] = await Promise.all([sagaEvents(ctx.pool, taskId), sagaWatches(ctx.pool, taskId), deadLettersOf(ctx.pool, taskId)]);
+    return {
+      ...summary(saga),
+      attempts: attemptsOf(events),
+      compensations: events.filter((e) => kindOf(e.type) === EventKind.compensation).length,
+      events: events.map((e) => ({
+        eventId: e.event_id,
+        occurredAt: e.occurred_at.toISOString(),
+        consumedAt: e.consumed_at.toISOString(),
+        service: e.producer,
+        type: e.type,
+        version: e.version,
+        attempt: e.attempt,
+        kind: kindOf(e.type),
+        details: describe(e.type, e.payload),
+        causationId: e.causation_id,
+        traceId: e.trace_id,
+        traceUrl: traceUrl(e.trace_id),
+        payload: e.payload,
+      })),
+      watches: watches.map((w) => ({ step: w.step, attempt: w.attempt, since: w.since, dueAt: w.dueAt, alerting: w.alertedAt !== null, alertedAt: w.alertedAt })),
+      // What a service's consumer could not process; `npm run dlq -- replay` sends one back.
+      deadLetters: deadLetters.map((d) => ({ service: d.service, topic: d.topic, id: `${d.partition}:${d.offset}`, eventId: d.eventId, eventType: d.eventType, code: d.code, reason: d.reason, source: d.source, failedAt: d.failedAt })),
+    };
+  });
+}

@@ -1,0 +1,62 @@
+import { describe, expect, it } from 'vitest';
+import { createLogger, createMetrics } from '@labelflow/telemetry';
+import { eventually, metricValue } from '@labelflow/testing';
+import { createWebhook } from './webhook';
+
+const logger = createLogger({ service: 'saga-monitor', level: 'silent' });
+
+/** A receiver that answers each post with the next status (a throw for `'down'`), recording the bodies. */
+function receiver(...answers: (number | 'down')[]) {
+  const bodies: unknown[] = [];
+  const fetch = (async (_url: string, init: RequestInit) => {
+    bodies.push(JSON.parse(String(init.body)));
+    const answer = answers.shift() ?? 200;
+    if (answer === 'down') throw new Error('connect ECONNREFUSED');
+    return new Response(null, { status: answer });
+  }) as typeof globalThis.fetch;
+  return { fetch, bodies };
+}
+
+describe('saga monitor: alert webhook', () => {
+  it('posts the notice once when the receiver takes it', async () => {
+    const metrics = createMetrics({ service: 'test', defaults: false });
+    const { fetch, bodies } = receiver(204);
+    const webhook = createWebhook({ url: 'http://hook.test/', attempts: 3, timeoutMs: 1_000, logger, metrics, fetch, backoffMs: () => 1 });
+    webhook.send({ status: 'firing', taskId: '1', step: 'qa_started' });
+    await webhook.close();
+    expect(bodies).toEqual([{ status: 'firing', taskId: '1', step: 'qa_started' }]);
+    expect(metricValue(await metrics.render(), 'saga_webhook_deliveries_total', { outcome: 'delivered' })).toBe(1);
+  });
+
+  it('tries again after a failure or a 5xx, and gives up after the last attempt', async () => {
+    const metrics = createMetrics({ service: 'test', defaults: false });
+    const { fetch, bodies } = receiver('down', 503, 500, 200);
+    const webhook = createWebhook({ url: 'http://hook.test/', attempts: 3, timeoutMs: 1_000, logger, metrics, fetch, backoffMs: () => 1 });
+    webhook.send({ status: 'resolved', taskId: '1' });
+    await eventually(async () => expect(metricValue(await metrics.render(), 'saga_webhook_deliveries_total', { outcome: 'failed' })).toBe(1));
+    await webhook.close();
+    expect(bodies).toHaveLength(3);
+  });
+
+  it('does not retry a notice the receiver refuses as wrong (4xx)', async () => {
+    const metrics = createMetrics({ service: 'test', defaults: false });
+    const { fetch, bodies } = receiver(400);
+    const webhook = createWebhook({ url: 'http://hook.test/', attempts: 5, timeoutMs: 1_000, logger, metrics, fetch, backoffMs: () => 1 });
+    webhook.send({ status: 'firing' });
+    await eventually(async () => expect(metricValue(await metrics.render(), 'saga_webhook_deliveries_total', { outcome: 'failed' })).toBe(1));
+    await webhook.close();
+    expect(bodies).toHaveLength(1);
+  });
+
+  it('stops waiting between tries when the monitor closes', async () => {
+    const { fetch, bodies } = receiver(503, 503, 503);
+    const webhook = createWebhook({ url: 'http://hook.test/', attempts: 3, timeoutMs: 1_000, logger, fetch, backoffMs: () => 60_000 });
+    webhook.send({ status: 'firing' });
+    const started = Date.now();
+    // Let the first try fail and the backoff begin, then close: the close must not sit out the minute.
+    await new Promise((resolve) => setImmediate(resolve));
+    await webhook.close();
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(bodies.length).toBeLessThanOrEqual(2);
+  });
+});
