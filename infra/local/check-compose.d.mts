@@ -21,5 +21,7 @@ export declare function interpolations(value: string): InterpolationPart[];
 export declare function mayBeEmpty(value: string | null | undefined): boolean;
 export declare function environmentOf(service: unknown): [string, string | null][];
 export declare function urlCredentials(value: string): UrlCredentials | null;
+export declare function hostIpOf(port: unknown): string | null;
+export declare function targetOf(port: unknown): string;
 export declare function checkCompose(doc: unknown, options?: CheckOptions): string[];
 export declare function checkComposeText(text: string, options?: CheckOptions): string[];

@@ -7,7 +7,11 @@
 // Works on the file as written (YAML anchors and merge keys resolved, "${VAR...}" interpolations
 // judged by their form) and on "config" output (values already interpolated). Problems found:
 //   * an infrastructure service (anything but the app services) publishing a port, or using the
-//     host's network, without being in a non-default profile
+//     host's network, without being in a non-default profile; and an opt-in (profiled) port that is
+//     not bound to the host's loopback. So the observability UIs (Jaeger, Prometheus, Grafana) reach
+//     the host only as the forwarders of profile "observability" publish them: on 127.0.0.1
+//   * an app service publishing its METRICS_PORT (/metrics without a token, for Prometheus only)
+//   * Grafana without a required admin password, or with anonymous access
 //   * trust auth: POSTGRES_HOST_AUTH_METHOD=trust, "trust" in initdb args or pg_hba settings,
 //     *ALLOW_EMPTY_PASSWORD*, a Redis without --aclfile/--requirepass, an ACL user with nopass
 //   * a password variable that is empty or may be empty (e.g. "${PW}" instead of "${PW:?...}")
@@ -20,8 +24,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
 
-/** The four services: the only ones allowed to publish ports by default. */
-export const APP_SERVICES = Object.freeze(['task-svc', 'label-svc', 'qa-svc', 'billing-svc']);
+/** The four services and the saga monitor: the only ones allowed to publish ports by default. */
+export const APP_SERVICES = Object.freeze(['task-svc', 'label-svc', 'qa-svc', 'billing-svc', 'saga-monitor']);
 
 const PASSWORD_KEY = /(^|_)(PASSWORD|PASSWD|PASS|SECRET)$/i;
 const CREDENTIAL_URL_SCHEMES = new Set(['postgres', 'postgresql', 'redis', 'rediss', 'amqp', 'amqps', 'mongodb', 'mongodb+srv', 'mysql', 'mariadb']);
@@ -111,6 +115,46 @@ export function urlCredentials(value) {
   return { scheme: m[1], user, password, passwordMayBeEmpty: pwParts.every(partMayBeEmpty) };
 }
 
+/**
+ * The host address of a published port: the short syntax ("[ip:]published:target[/proto]", or a
+ * bare container port, published on every address) or the long one "config" prints. Null means
+ * every interface of the host.
+ */
+export function hostIpOf(port) {
+  if (port !== null && typeof port === 'object') return port.host_ip ? String(port.host_ip) : null;
+  const text = String(port).replace(/\/(tcp|udp|sctp)$/i, '');
+  const v6 = /^\[([^\]]+)\]:/.exec(text);
+  if (v6) return v6[1];
+  const parts = text.split(':');
+  return parts.length === 3 ? parts[0] : null;
+}
+
+/** The container port of a published port (short or long syntax), as a string ("3001", "3000-3005"). */
+export function targetOf(port) {
+  if (port !== null && typeof port === 'object') return String(port.target);
+  const text = String(port).replace(/\/(tcp|udp|sctp)$/i, '');
+  return text.slice(text.lastIndexOf(':') + 1);
+}
+
+const TRUE = /^(yes|true|1|on|y)$/i;
+const isGrafana = (service) => /(^|\/)grafana(-oss|-enterprise)?(:|$)/i.test(String(service.image ?? ''));
+
+/** Grafana's own login: a required admin password (or a file with it), no anonymous access. */
+function grafanaProblems(name, env) {
+  const problems = [];
+  if (!env.has('GF_SECURITY_ADMIN_PASSWORD') && !env.has('GF_SECURITY_ADMIN_PASSWORD__FILE')) {
+    problems.push(`${name}: Grafana without GF_SECURITY_ADMIN_PASSWORD keeps its default admin/admin login; require it with \${GRAFANA_ADMIN_PASSWORD:?...}`);
+  }
+  if (TRUE.test(String(env.get('GF_AUTH_ANONYMOUS_ENABLED') ?? '').trim())) {
+    const role = env.get('GF_AUTH_ANONYMOUS_ORG_ROLE') ?? 'Viewer';
+    problems.push(`${name}: GF_AUTH_ANONYMOUS_ENABLED lets anyone in without a login (as ${role}; a Viewer can still query every datasource)`);
+  }
+  if (TRUE.test(String(env.get('GF_AUTH_DISABLE_LOGIN_FORM') ?? '').trim()) && !TRUE.test(String(env.get('GF_AUTH_GENERIC_OAUTH_ENABLED') ?? '').trim())) {
+    problems.push(`${name}: GF_AUTH_DISABLE_LOGIN_FORM without another login method`);
+  }
+  return problems;
+}
+
 const isKafka = (name, service) => /(^|\/)(kafka|cp-kafka|cp-server)(:|$)/i.test(String(service.image ?? '')) || (!service.image && /^kafka$/i.test(name));
 const isRedis = (name, service) => /(^|\/)(redis|valkey|redis-stack-server)(:|$)/i.test(String(service.image ?? '')) || (!service.image && /^redis$/i.test(name));
 
@@ -156,8 +200,14 @@ export function checkCompose(doc, { appServices = APP_SERVICES } = {}) {
     const cmd = commandText(service);
     const isApp = apps.has(name);
 
+    const ports = Array.isArray(service.ports) ? service.ports : [];
+    if (!isApp && inProfile(service)) {
+      const open = ports.filter((p) => !LOOPBACK.test(hostIpOf(p) ?? ''));
+      if (open.length > 0) {
+        problems.push(`${name}: opt-in port ${open.map(describePort).join(', ')} is published on every interface of the host; bind it to 127.0.0.1 ("127.0.0.1:${targetOf(open[0])}:${targetOf(open[0])}")`);
+      }
+    }
     if (!isApp && !inProfile(service)) {
-      const ports = Array.isArray(service.ports) ? service.ports : [];
       if (ports.length > 0) {
         problems.push(`${name}: infrastructure service publishes ${ports.map(describePort).join(', ')} by default; move the port behind a non-default profile (e.g. profiles: ["infra-ports"])`);
       }
@@ -193,6 +243,11 @@ export function checkCompose(doc, { appServices = APP_SERVICES } = {}) {
       }
     }
     if (isKafka(name, service)) problems.push(...kafkaProblems(name, service, env));
+    if (isGrafana(service)) problems.push(...grafanaProblems(name, env));
+    const metricsPort = env.get('METRICS_PORT');
+    if (isApp && metricsPort && ports.some((p) => targetOf(p) === String(metricsPort).trim())) {
+      problems.push(`${name}: publishes its METRICS_PORT ${metricsPort}, where /metrics needs no token; leave it to the compose network (Prometheus scrapes it there)`);
+    }
     if (isApp && env.has('KAFKA_BROKERS') && !env.get('KAFKA_SASL_MECHANISM')) problems.push(`${name}: connects to Kafka without SASL (no KAFKA_SASL_MECHANISM/USERNAME/PASSWORD)`);
   }
   return problems;
@@ -216,5 +271,5 @@ if (isMain) {
     console.error(`check-compose: ${label}: ${problems.length} problem(s):\n  ${problems.join('\n  ')}`);
     process.exit(1);
   }
-  console.error(`check-compose: ${label}: ok (no infrastructure port published by default, no trust auth, no empty password, Kafka SASL only)`);
+  console.error(`check-compose: ${label}: ok (no infrastructure port published by default, opt-in ports on loopback only, no trust auth, no empty password, Kafka SASL only, Grafana behind its login)`);
 }
