@@ -7,5 +7,15 @@ export const TaskSvcConfig = BaseConfig.extend({
   ASSIGNMENT_LEASE_MS: z.coerce.number().int().min(1).max(30 * 24 * 3600_000).default(24 * 3600_000),
   /** Extra time after the lease before reopening: labels submitted at the last moment are in flight. */
   ASSIGNMENT_LEASE_GRACE_MS: z.coerce.number().int().min(0).max(3600_000).default(30_000),
+  /** Valid lines written per transaction by a bulk import. */
+  IMPORT_BATCH_SIZE: z.coerce.number().int().min(1).max(5_000).default(500),
+  /** A longer import line is rejected unread (LINE_TOO_LONG): memory per line stays bounded. */
+  IMPORT_MAX_LINE_BYTES: z.coerce.number().int().min(1_024).max(1_048_576).default(65_536),
+  /** How long an upload holds its import job without a sign of life; a re-upload may take over after it. */
+  IMPORT_LEASE_MS: z.coerce.number().int().min(1_000).max(3_600_000).default(30_000),
+  /** Tries of one batch on transient database errors before the upload fails with 503. */
+  IMPORT_BATCH_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(5),
+  /** SET LOCAL lock_timeout of a batch's transaction: a batch stuck behind a lock retries instead of waiting forever. */
+  IMPORT_LOCK_TIMEOUT_MS: z.coerce.number().int().min(1).max(600_000).default(10_000),
 });
 export type TaskSvcConfig = ReturnType<typeof TaskSvcConfig.parse>;

@@ -52,4 +52,38 @@ CREATE INDEX tasks_created ON tasks (created_at, task_id);
 CREATE INDEX tasks_status_created ON tasks (status, created_at, task_id);
 DROP INDEX tasks_project_status;`,
   },
+  {
+    version: 6,
+    name: 'bulk imports: external ids and import jobs',
+    // external_id is the client's business key: a re-uploaded line meets the unique index and
+    // creates nothing. Tasks made one POST at a time have none, hence the partial index.
+    // An import job is named by its client (import_id) within a project, so two projects can never
+    // learn of each other's jobs. position/prefix_sha256 say how much of the file the committed
+    // batches covered, so a re-upload resumes after it; owner/lease_expires_at say which upload
+    // holds the job (a crashed instance's hold lapses with its lease).
+    sql: `
+ALTER TABLE tasks ADD COLUMN external_id text;
+CREATE UNIQUE INDEX tasks_project_external_id ON tasks (project_id, external_id) WHERE external_id IS NOT NULL;
+CREATE TABLE imports (
+  project_id       uuid        NOT NULL,
+  import_id        uuid        NOT NULL,
+  created_by       text        NOT NULL,
+  status           text        NOT NULL CHECK (status IN ('running', 'completed', 'interrupted')),
+  position         bigint      NOT NULL DEFAULT 0 CHECK (position >= 0),
+  prefix_sha256    text        NOT NULL,
+  lines            bigint      NOT NULL DEFAULT 0 CHECK (lines >= 0),
+  created          bigint      NOT NULL DEFAULT 0 CHECK (created >= 0),
+  already_present  bigint      NOT NULL DEFAULT 0 CHECK (already_present >= 0),
+  rejected         bigint      NOT NULL DEFAULT 0 CHECK (rejected >= 0),
+  errors           jsonb       NOT NULL DEFAULT '[]',
+  errors_truncated boolean     NOT NULL DEFAULT false,
+  uploads          integer     NOT NULL DEFAULT 1,
+  owner            uuid,
+  lease_expires_at timestamptz,
+  started_at       timestamptz NOT NULL DEFAULT now(),
+  updated_at       timestamptz NOT NULL DEFAULT now(),
+  completed_at     timestamptz,
+  PRIMARY KEY (project_id, import_id)
+);`,
+  },
 ];

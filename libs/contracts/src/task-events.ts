@@ -9,6 +9,8 @@ export const TaskCreated = defineEvent('TaskCreated', 1, z.object({
   taskNumber: z.string().regex(/^[A-Z][A-Z0-9]{1,9}-[1-9][0-9]*$/).optional(),
   /** Who created it (the authenticated caller). Optional: tasks created before callers were authenticated have none. */
   createdBy: ActorName.optional(),
+  /** The client's business key of a task made by a bulk import (unique within the project); absent for tasks made one `POST /tasks` at a time. */
+  externalId: storable(z.string().min(1).max(256)).optional(),
 }));
 export const TaskAssigned = defineEvent('TaskAssigned', 1, z.object({
   annotatorId: AnnotatorId,

@@ -1,0 +1,115 @@
+import { describe, expect, it } from 'vitest';
+import { createLineSplitter, createPrefixDigest, EMPTY_PREFIX, LineErrors, readLine, type RawLine } from './parse';
+
+const text = (line: RawLine) => ('bytes' in line ? line.bytes.toString('utf8') : `<too long: ${line.tooLong.bytes}>`);
+const split = (chunks: readonly (string | Buffer)[], max = 64) => {
+  const splitter = createLineSplitter(max);
+  const lines = chunks.flatMap((c) => splitter.push(typeof c === 'string' ? Buffer.from(c) : c));
+  return [...lines, ...splitter.end()];
+};
+
+describe('the NDJSON line splitter', () => {
+  it('cuts lines at newlines whatever the chunk boundaries, numbering them from 1', () => {
+    const lines = split(['{"a":', '1}\n{"b"', ':2}\n\n{"c":3}']);
+    expect(lines.map((l) => [l.number, text(l)])).toEqual([
+      [1, '{"a":1}'],
+      [2, '{"b":2}'],
+      [3, ''],
+      [4, '{"c":3}'],
+    ]);
+  });
+
+  it('strips a CR before the newline and finds no extra line after a final newline', () => {
+    expect(split(['x\r\ny\r\n']).map(text)).toEqual(['x', 'y']);
+  });
+
+  it('keeps a multi-byte character intact when a chunk boundary falls inside it', () => {
+    const bytes = Buffer.from('{"t":"猫"}\n');
+    expect(split([bytes.subarray(0, 7), bytes.subarray(7)]).map(text)).toEqual(['{"t":"猫"}']);
+  });
+
+  it('reports a line over the cap by its length without holding it, and goes on with the next line', () => {
+    const long = 'x'.repeat(200);
+    const lines = split([long.slice(0, 50), long.slice(50), '\nok\n'], 64);
+    expect(lines.map((l) => [l.number, text(l)])).toEqual([
+      [1, '<too long: 200>'],
+      [2, 'ok'],
+    ]);
+  });
+
+  it('reports an over-long last line without a newline too', () => {
+    expect(split(['ok\n', 'y'.repeat(100)], 64).map(text)).toEqual(['ok', '<too long: 100>']);
+  });
+
+  it('gives nothing for an empty body', () => {
+    expect(split([])).toEqual([]);
+  });
+});
+
+describe('reading one import line', () => {
+  const read = (s: string | Buffer) => readLine({ number: 1, bytes: typeof s === 'string' ? Buffer.from(s) : s }, 64);
+
+  it('accepts an object with externalId, title and dataUri, trimming the title', () => {
+    expect(read('{"externalId":"e-1","title":" cat? ","dataUri":"s3://b/1.jpg"}')).toEqual({ kind: 'task', task: { externalId: 'e-1', title: 'cat?', dataUri: 's3://b/1.jpg' } });
+  });
+
+  it('treats a line of whitespace as blank', () => {
+    expect(read('   \t')).toEqual({ kind: 'blank' });
+  });
+
+  it('rejects a line that is not JSON with INVALID_JSON', () => {
+    expect(read('{"externalId":')).toMatchObject({ kind: 'rejected', code: LineErrors.INVALID_JSON });
+  });
+
+  it('rejects bytes that are not UTF-8 with INVALID_UTF8', () => {
+    expect(read(Buffer.from([0x7b, 0xff, 0x7d]))).toMatchObject({ kind: 'rejected', code: LineErrors.INVALID_UTF8 });
+  });
+
+  it('rejects a missing field, an over-long external id, an unknown field and text PostgreSQL cannot store, naming the field', () => {
+    const cases = [
+      ['{"externalId":"e","title":"t"}', 'line.dataUri'],
+      [JSON.stringify({ externalId: 'e'.repeat(257), title: 't', dataUri: 'd' }), 'line.externalId'],
+      ['{"externalId":"e","title":"t","dataUri":"d","priority":1}', 'line '],
+      ['{"externalId":"a\\u0000b","title":"t","dataUri":"d"}', 'line.externalId'],
+      ['[1,2]', 'line '],
+    ] as const;
+    for (const [line, named] of cases) {
+      const verdict = readLine({ number: 1, bytes: Buffer.from(line) }, 1024);
+      expect(verdict, line).toMatchObject({ kind: 'rejected', code: LineErrors.VALIDATION_FAILED });
+      expect(verdict.kind === 'rejected' && verdict.message, line).toContain(named);
+    }
+  });
+
+  it('rejects a line over the cap with LINE_TOO_LONG and its length', () => {
+    expect(readLine({ number: 3, tooLong: { bytes: 100, sha256: Buffer.alloc(32) } }, 64)).toEqual({ kind: 'rejected', code: LineErrors.LINE_TOO_LONG, message: 'line is 100 bytes, more than the 64 allowed' });
+  });
+});
+
+describe('the prefix digest', () => {
+  const digestOf = (chunks: readonly string[], max = 64) => {
+    const d = createPrefixDigest();
+    for (const line of split(chunks, max)) d.add(line);
+    return d.digest();
+  };
+
+  it('is the same for the same lines, with or without a final newline, with LF or CRLF', () => {
+    expect(digestOf(['a\nb\n'])).toBe(digestOf(['a\r\nb']));
+    expect(digestOf(['a\nb\n'])).not.toBe(digestOf(['a\nc\n']));
+  });
+
+  it('tells over-long lines apart by their content', () => {
+    expect(digestOf(['x'.repeat(100)])).not.toBe(digestOf(['y'.repeat(100)]));
+    expect(digestOf(['x'.repeat(100)])).toBe(digestOf(['x'.repeat(40), 'x'.repeat(60), '\n']));
+  });
+
+  it('can be read in the middle and go on', () => {
+    const d = createPrefixDigest();
+    expect(d.digest()).toBe(EMPTY_PREFIX);
+    const [first, second] = split(['a\nb\n']);
+    d.add(first!);
+    const middle = d.digest();
+    d.add(second!);
+    expect(middle).toBe(digestOf(['a']));
+    expect(d.digest()).toBe(digestOf(['a\nb']));
+  });
+});

@@ -1,0 +1,207 @@
+import { randomUUID } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { buildService, loadConfig, type BuiltService } from '@labelflow/service-kit';
+import { as, buildTestService, eventually, queryRows, refusal, tokenFor, type InProcessService, type TestIdentity } from '@labelflow/testing';
+import { TaskSvcConfig } from '../config';
+import { taskService } from '../service';
+
+const infra = inject('infra');
+const NDJSON = { 'content-type': 'application/x-ndjson' };
+
+interface Summary {
+  readonly importId: string;
+  readonly status: string;
+  readonly lines: number;
+  readonly created: number;
+  readonly alreadyPresent: number;
+  readonly rejected: number;
+  readonly errors: readonly { line: number; code: string; message: string }[];
+  readonly errorsTruncated: boolean;
+  readonly uploads: number;
+}
+
+const project: string = randomUUID();
+const elsewhere: string = randomUUID();
+const manager = as.manager('mgr-1', project);
+const annotator = as.annotator('ann-1', project);
+const stranger = as.manager('mgr-elsewhere', elsewhere);
+
+const line = (externalId: string, title = `task ${externalId}`) => JSON.stringify({ externalId, title, dataUri: `s3://bucket/${externalId}.jpg` });
+const file = (lines: readonly string[]) => `${lines.join('\n')}\n`;
+
+/** An upload over a real socket, its body written as the test decides: for cut-off and concurrent uploads. */
+function streamingUpload(baseUrl: string, path: string, identity: TestIdentity) {
+  const request = http.request(`${baseUrl}${path}`, { method: 'POST', headers: { ...NDJSON, 'transfer-encoding': 'chunked' } });
+  const answer = new Promise<{ status: number; body: unknown }>((resolve, reject) => {
+    request.on('response', (response) => {
+      let text = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => (text += chunk));
+      response.on('end', () => resolve({ status: response.statusCode ?? 0, body: text ? JSON.parse(text) : undefined }));
+    });
+    request.on('error', reject);
+  });
+  return {
+    async start() {
+      request.setHeader('authorization', `Bearer ${await tokenFor(identity)}`);
+    },
+    write: (text: string) => new Promise<void>((resolve, reject) => request.write(text, (error) => (error ? reject(error) : resolve()))),
+    end: () => request.end(),
+    cutOff: () => request.destroy(),
+    answer,
+  };
+}
+
+describe('task-svc bulk import, answered in-process', () => {
+  let svc: InProcessService<BuiltService<TaskSvcConfig>>;
+  let baseUrl: string;
+  let locker: pg.Client | undefined;
+
+  beforeAll(async () => {
+    // Small batches, so a short file spans several transactions; a short lock timeout, so a locked table fails fast.
+    svc = await buildTestService(infra, 'task-svc', (env) => buildService(taskService, loadConfig(TaskSvcConfig, env)), {
+      IMPORT_BATCH_SIZE: '5',
+      IMPORT_BATCH_ATTEMPTS: '2',
+      IMPORT_LOCK_TIMEOUT_MS: '200',
+    });
+    await svc.built.app.listen({ port: 0, host: '127.0.0.1' });
+    baseUrl = `http://127.0.0.1:${(svc.built.app.server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    await locker?.end().catch(() => undefined);
+    await svc?.close();
+  });
+
+  const upload = (importId: string, body: string, by: TestIdentity = manager, projectId = project) =>
+    svc.http(by).post<Summary>(`/projects/${projectId}/tasks/import?importId=${importId}`, body, NDJSON);
+  const progress = (importId: string, by: TestIdentity = manager, projectId = project) => svc.http(by).get<Summary>(`/projects/${projectId}/imports/${importId}`);
+  const tasksOf = (projectId: string) =>
+    queryRows<{ task_id: string; external_id: string; title: string; task_number: string; status: string }>(svc.databaseUrl, 'SELECT task_id, external_id, title, task_number, status FROM tasks WHERE project_id = $1', [projectId]);
+  const createdEventsOf = (projectId: string) =>
+    queryRows<{ message_key: string; payload: { payload: { externalId?: string; taskNumber?: string; createdBy?: string } } }>(
+      svc.databaseUrl,
+      `SELECT message_key, payload FROM outbox WHERE event_type = 'TaskCreated' AND payload->>'projectId' = $1`,
+      [projectId],
+    );
+
+  it('creates one task per distinct valid external id, one TaskCreated each, and reports bad lines by number', async () => {
+    const projectId = randomUUID();
+    const lines = [line('a'), line('b'), '', 'not json', line('a', 'a again, other title'), '{"externalId":"c","title":"t"}', line('c'), ...Array.from({ length: 12 }, (_, i) => line(`n${i}`)), line('b')];
+    const answer = await upload(randomUUID(), file(lines), as.manager('mgr-1', projectId), projectId);
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200);
+    expect(answer.body).toMatchObject({ status: 'completed', lines: 19, created: 15, alreadyPresent: 2, rejected: 2, errorsTruncated: false, uploads: 1 });
+    expect(answer.body.errors.map((e) => [e.line, e.code])).toEqual([
+      [4, 'INVALID_JSON'],
+      [6, 'VALIDATION_FAILED'],
+    ]);
+    const tasks = await tasksOf(projectId);
+    expect(tasks).toHaveLength(15);
+    expect(new Set(tasks.map((t) => t.external_id)).size).toBe(15);
+    expect(tasks.find((t) => t.external_id === 'a')?.title).toBe('task a');
+    expect(new Set(tasks.map((t) => t.task_number)).size).toBe(15);
+    expect(tasks.every((t) => t.status === 'open' && /^TASK-[1-9][0-9]*$/.test(t.task_number))).toBe(true);
+    const events = await createdEventsOf(projectId);
+    expect(events.map((e) => e.message_key).sort()).toEqual(tasks.map((t) => t.task_id).sort());
+    expect(events.every((e) => e.payload.payload.createdBy === 'mgr-1' && e.payload.payload.externalId !== undefined)).toBe(true);
+  });
+
+  it('creates nothing on a re-upload, under the same importId or a new one', async () => {
+    const importId = randomUUID();
+    const body = file([line('r1'), line('r2'), 'oops', line('r3')]);
+    const first = await upload(importId, body);
+    expect(first.body).toMatchObject({ status: 'completed', lines: 4, created: 3, alreadyPresent: 0, rejected: 1 });
+    const again = await upload(importId, body);
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ status: 'completed', lines: 4, created: 3, alreadyPresent: 0, rejected: 1, uploads: 2 });
+    const anew = await upload(randomUUID(), body);
+    expect(anew.body).toMatchObject({ status: 'completed', lines: 4, created: 0, alreadyPresent: 3, rejected: 1 });
+    expect((await tasksOf(project)).filter((t) => t.external_id.startsWith('r'))).toHaveLength(3);
+  });
+
+  it('refuses a re-upload under the same importId of a file that differs in the lines already imported', async () => {
+    const importId = randomUUID();
+    expect((await upload(importId, file([line('m1'), line('m2')]))).status).toBe(200);
+    const other = await upload(importId, file([line('m1'), line('m9')]));
+    expect(refusal(other)).toEqual({ status: 409, code: 'IMPORT_CONTENT_MISMATCH' });
+    expect((await progress(importId)).body).toMatchObject({ status: 'completed', created: 2 });
+    expect((await tasksOf(project)).some((t) => t.external_id === 'm9')).toBe(false);
+  });
+
+  it('refuses what it cannot read or may not do before reading the body', async () => {
+    const path = `/projects/${project}/tasks/import?importId=${randomUUID()}`;
+    expect(refusal(await svc.http(manager).post(path, [{ externalId: 'x' }]))).toEqual({ status: 415, code: 'IMPORT_UNSUPPORTED_MEDIA_TYPE' });
+    expect(refusal(await svc.http(manager).post(`/projects/${project}/tasks/import`, line('x'), NDJSON))).toEqual({ status: 400, code: 'VALIDATION_FAILED', paths: ['query.importId'] });
+    expect(refusal(await svc.http(manager).post(`/projects/${project}/tasks/import?importId=nope`, line('x'), NDJSON))).toEqual({ status: 400, code: 'VALIDATION_FAILED', paths: ['query.importId'] });
+    expect(refusal(await svc.http(null).post(path, line('x'), NDJSON))).toEqual({ status: 401, code: 'TOKEN_MISSING' });
+    expect(refusal(await svc.http(stranger).post(path, line('x'), NDJSON))).toEqual({ status: 404, code: 'PROJECT_NOT_FOUND' });
+    expect(refusal(await svc.http(annotator).post(path, line('x'), NDJSON))).toEqual({ status: 403, code: 'FORBIDDEN' });
+    expect((await tasksOf(project)).some((t) => t.external_id === 'x')).toBe(false);
+  });
+
+  it('shows an import only to callers of its project, as 404 to everyone else as if it did not exist', async () => {
+    const importId = randomUUID();
+    await upload(importId, file([line('v1')]));
+    expect((await progress(importId)).body).toMatchObject({ importId, status: 'completed', lines: 1, created: 1 });
+    expect(refusal(await progress(importId, stranger))).toEqual({ status: 404, code: 'IMPORT_NOT_FOUND' });
+    expect(refusal(await progress(importId, stranger, elsewhere))).toEqual({ status: 404, code: 'IMPORT_NOT_FOUND' });
+    expect(refusal(await progress(randomUUID()))).toEqual({ status: 404, code: 'IMPORT_NOT_FOUND' });
+  });
+
+  it('refuses a second upload of an import while the first runs, and lets the first finish', async () => {
+    const importId = randomUUID();
+    const first = streamingUpload(baseUrl, `/projects/${project}/tasks/import?importId=${importId}`, manager);
+    await first.start();
+    await first.write(`${line('c1')}\n`);
+    await eventually(async () => expect((await progress(importId)).body.status).toBe('running'));
+    expect(refusal(await upload(importId, file([line('c1')])))).toEqual({ status: 409, code: 'IMPORT_IN_PROGRESS' });
+    await first.write(`${line('c2')}\n`);
+    first.end();
+    expect(await first.answer).toMatchObject({ status: 200, body: { status: 'completed', lines: 2, created: 2 } });
+  });
+
+  it('keeps the batches committed before the connection dropped, and a re-upload finishes the job with the counts of one upload', async () => {
+    const projectId = randomUUID();
+    const owner = as.owner('own-1', projectId);
+    const importId = randomUUID();
+    const lines = Array.from({ length: 40 }, (_, i) => line(`k${i % 30}`));
+    const cut = streamingUpload(baseUrl, `/projects/${projectId}/tasks/import?importId=${importId}`, owner);
+    await cut.start();
+    await cut.write(file(lines.slice(0, 17)));
+    await eventually(async () => expect((await progress(importId, owner, projectId)).body.created).toBeGreaterThanOrEqual(15));
+    cut.cutOff();
+    await cut.answer.catch(() => undefined);
+    const interrupted = await eventually(async () => {
+      const seen = await progress(importId, owner, projectId);
+      expect(seen.body.status).toBe('interrupted');
+      return seen.body;
+    });
+    expect(interrupted).toMatchObject({ lines: 15, created: 15 });
+    expect(await tasksOf(projectId)).toHaveLength(15);
+
+    const resumed = await upload(importId, file(lines), owner, projectId);
+    expect(resumed.status, JSON.stringify(resumed.body)).toBe(200);
+    expect(resumed.body).toMatchObject({ status: 'completed', lines: 40, created: 30, alreadyPresent: 10, rejected: 0, uploads: 2 });
+    const tasks = await tasksOf(projectId);
+    expect(tasks).toHaveLength(30);
+    expect(await createdEventsOf(projectId)).toHaveLength(30);
+  });
+
+  it('answers 503 when the database keeps failing a batch, and a later upload finishes the job', async () => {
+    const importId = randomUUID();
+    locker = new pg.Client({ connectionString: svc.databaseUrl });
+    await locker.connect();
+    await locker.query('BEGIN');
+    // Blocks every insert into tasks: each try of the batch hits the lock timeout, a transient error.
+    await locker.query('LOCK TABLE tasks IN SHARE MODE');
+    const body = file([line('u1'), line('u2')]);
+    const failed = await upload(importId, body);
+    expect(refusal(failed)).toEqual({ status: 503, code: 'IMPORT_STORE_UNAVAILABLE' });
+    expect(failed.headers.get('retry-after')).toBe('1');
+    expect((await progress(importId)).body).toMatchObject({ status: 'interrupted', created: 0 });
+    await locker.query('ROLLBACK');
+    expect((await upload(importId, body)).body).toMatchObject({ status: 'completed', created: 2, uploads: 2 });
+  });
+});

@@ -1,0 +1,110 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { Permission } from '@labelflow/auth';
+import { ProjectId } from '@labelflow/contracts';
+import { createSegmentAllocator } from '@labelflow/idgen';
+import { guard, HttpError, parseInput, type ServiceContext } from '@labelflow/service-kit';
+import { z } from 'zod';
+import type { TaskSvcConfig } from '../config';
+import { summaryOf } from './decide';
+import { ImportError, ImportErrors, type ImportErrorCode } from './errors';
+import { runImport, type ImportDeps } from './execute';
+import { loadImport } from './repository';
+
+const NDJSON = 'application/x-ndjson';
+const ImportParams = z.object({ projectId: ProjectId });
+const ImportQuery = z.object({ importId: z.uuid() });
+const ImportJobParams = z.object({ projectId: ProjectId, importId: z.uuid() });
+
+const statusFor: Record<ImportErrorCode, number> = {
+  IMPORT_IN_PROGRESS: 409,
+  IMPORT_CONTENT_MISMATCH: 409,
+  IMPORT_TAKEN_OVER: 409,
+  IMPORT_STORE_UNAVAILABLE: 503,
+  // Nobody hears it: the client hung up. For the logs and metrics.
+  IMPORT_INTERRUPTED: 400,
+};
+
+const projectNotFound = (projectId: string) => ({ code: 'PROJECT_NOT_FOUND', message: `project ${projectId} does not exist` });
+const importNotFound = (importId: string) => ({ code: 'IMPORT_NOT_FOUND', message: `import ${importId} does not exist` });
+const mediaType = (request: FastifyRequest) => (request.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
+
+/** Bulk import: `POST /projects/:projectId/tasks/import?importId=` (NDJSON, streamed) and its progress. */
+export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConfig>): void {
+  const { config } = ctx;
+  const batches = ctx.metrics.histogram('import_batch_seconds', 'Bulk import: time to write one batch (tasks, outbox, progress), retries included', [], [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]);
+  const lines = ctx.metrics.counter('import_lines_total', 'Bulk import: lines by outcome', ['outcome']);
+  const uploads = ctx.metrics.counter('import_uploads_total', 'Bulk import: uploads by how they ended', ['outcome']);
+  const deps: ImportDeps = {
+    pool: ctx.pool,
+    emit: ctx.emit,
+    nextId: ctx.nextId,
+    newUuid: ctx.newUuid,
+    // A segment per batch: numbering a batch costs one round trip at most.
+    numbers: createSegmentAllocator({ pool: ctx.pool, segmentSize: Math.max(100, config.IMPORT_BATCH_SIZE) }),
+    now: ctx.now,
+    logger: ctx.logger,
+    settings: {
+      batchSize: config.IMPORT_BATCH_SIZE,
+      maxLineBytes: config.IMPORT_MAX_LINE_BYTES,
+      leaseMs: config.IMPORT_LEASE_MS,
+      attempts: config.IMPORT_BATCH_ATTEMPTS,
+      lockTimeoutMs: config.IMPORT_LOCK_TIMEOUT_MS,
+    },
+    sleep: (ms) => sleep(ms),
+    onBatch: (outcome) => {
+      batches.observe({}, outcome.seconds);
+      lines.inc({ outcome: 'created' }, outcome.created);
+      lines.inc({ outcome: 'already_present' }, outcome.alreadyPresent);
+      lines.inc({ outcome: 'rejected' }, outcome.rejected);
+    },
+  };
+
+  /** Everything an upload can be refused for, before a byte of its body is read. */
+  const admit = async (request: FastifyRequest) => {
+    const { projectId } = parseInput(ImportParams, request.params, 'path');
+    guard(request, Permission.taskCreate, projectId, projectNotFound(projectId));
+    if (mediaType(request) !== NDJSON) throw new HttpError(415, 'IMPORT_UNSUPPORTED_MEDIA_TYPE', `send the tasks as ${NDJSON}: one JSON object per line`);
+    parseInput(ImportQuery, request.query, 'query');
+  };
+
+  // Its own scope: the NDJSON parser hands the raw request stream to this route alone, unbuffered
+  // and not subject to the body limit, so the route can read it as fast as it writes.
+  void app.register(async (scope) => {
+    scope.addContentTypeParser(NDJSON, (_request, payload, done) => done(null, payload));
+    // An answer sent before the body was read to its end closes the connection: otherwise Node
+    // would go on reading (and dropping) the rest of a file that may be gigabytes long.
+    scope.addHook('onSend', async (_request, reply, payload) => {
+      if (reply.statusCode >= 400) reply.header('connection', 'close');
+      return payload;
+    });
+
+    scope.post('/projects/:projectId/tasks/import', { onRequest: admit }, async (request, reply: FastifyReply) => {
+      const { projectId } = parseInput(ImportParams, request.params, 'path');
+      const { importId } = parseInput(ImportQuery, request.query, 'query');
+      const body = (request.body ?? []) as AsyncIterable<Buffer | string>;
+      try {
+        const job = await runImport(deps, { projectId, importId, createdBy: request.principal.subject, body });
+        uploads.inc({ outcome: 'completed' });
+        return summaryOf(job, ctx.now());
+      } catch (error) {
+        if (!(error instanceof ImportError)) throw error;
+        uploads.inc({ outcome: error.code });
+        if (error.code === ImportErrors.IMPORT_STORE_UNAVAILABLE) {
+          request.log.warn({ err: error.cause ?? error, importId }, 'import stopped: the database stayed unavailable');
+          reply.header('retry-after', '1');
+        }
+        throw new HttpError(statusFor[error.code], error.code, error.message);
+      }
+    });
+
+    // Progress while it runs (committed per batch); another project's caller gets the same 404 as for a missing import.
+    scope.get('/projects/:projectId/imports/:importId', async (request) => {
+      const { projectId, importId } = parseInput(ImportJobParams, request.params, 'path');
+      guard(request, Permission.taskCreate, projectId, importNotFound(importId));
+      const job = await loadImport(ctx.pool, projectId, importId);
+      if (!job) throw new HttpError(404, 'IMPORT_NOT_FOUND', `import ${importId} does not exist`);
+      return summaryOf(job, ctx.now());
+    });
+  });
+}
