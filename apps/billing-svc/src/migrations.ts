@@ -89,4 +89,11 @@ CREATE INDEX ledger_annotator_project ON ledger (annotator_id, project_id, id) W
 ALTER TABLE ledger ADD COLUMN actor text;
 ALTER TABLE billings ADD COLUMN approved_by text;`,
   },
+  {
+    version: 7,
+    name: 'machine price per task',
+    // What a project pays for a task whose approved labels a model submitted (no annotator is paid).
+    sql: `
+ALTER TABLE projects ADD COLUMN machine_price_per_task bigint NOT NULL DEFAULT 0 CHECK (machine_price_per_task >= 0 AND machine_price_per_task <= 9007199254740991);`,
+  },
 ];

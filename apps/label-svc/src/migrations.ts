@@ -48,4 +48,34 @@ ALTER TABLE labels ADD CONSTRAINT labels_void_reason CHECK ((status = 'voided') 
 ALTER TABLE assignments ALTER COLUMN task_id TYPE text USING task_id::text;
 ALTER TABLE labels ALTER COLUMN task_id TYPE text USING task_id::text;`,
   },
+  {
+    version: 6,
+    name: 'machine pre-labels and prelabel policies',
+    // One proposal per (task, attempt, model name + version): the dedup key of PrelabelProposed. A
+    // proposal may arrive before label-svc knows the task, so nothing references assignments.
+    sql: `
+CREATE TABLE prelabels (
+  task_id       text        NOT NULL,
+  attempt       integer     NOT NULL CHECK (attempt >= 1),
+  model_name    text        NOT NULL,
+  model_version text        NOT NULL,
+  proposal_id   text        NOT NULL,
+  project_id    uuid        NOT NULL,
+  annotations   jsonb       NOT NULL,
+  proposed_at   timestamptz NOT NULL,
+  received_at   timestamptz NOT NULL DEFAULT now(),
+  auto_submitted boolean    NOT NULL DEFAULT false,
+  PRIMARY KEY (task_id, attempt, model_name, model_version)
+);
+CREATE TABLE prelabel_policies (
+  project_id     uuid             PRIMARY KEY,
+  auto_submit    boolean          NOT NULL,
+  min_confidence double precision NOT NULL CHECK (min_confidence >= 0 AND min_confidence <= 1),
+  model_name     text,
+  model_version  text,
+  updated_by     text             NOT NULL,
+  updated_at     timestamptz      NOT NULL DEFAULT now(),
+  CHECK ((model_name IS NULL) = (model_version IS NULL))
+);`,
+  },
 ];

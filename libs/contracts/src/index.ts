@@ -4,6 +4,7 @@ export * from './task-events';
 export * from './label-events';
 export * from './qa-events';
 export * from './billing-events';
+export * from './prelabel-events';
 export * from './topics';
 export * from './upcast';
 export * from './errors';

@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import type { ServiceName } from './envelope';
 import { BillingEvent } from './billing-events';
 import { LabelEvent } from './label-events';
+import { PRELABEL_PROPOSED, PrelabelEvent, prelabelDedupType } from './prelabel-events';
 import { QaEvent } from './qa-events';
 import { TaskEvent } from './task-events';
 import { LatestVersions, versionedTopic } from './upcast';
@@ -62,3 +63,47 @@ export type EventOf<T extends EventType> = Extract<DomainEvent, { type: T }>;
 
 /** The topic an event type is published on. */
 export const topicOf = (type: EventType): TopicKey => ownerOf[type];
+
+/**
+ * Input topics: produced by systems outside labelflow (model workers), consumed by a service
+ * through the same exactly-once shell. No service owns them, so their messages carry no
+ * `producer`; the consuming service creates the topic if it is missing.
+ */
+export const InputTopics = {
+  prelabels: 'prelabels',
+} as const;
+export type InputTopicKey = keyof typeof InputTopics;
+
+export const inputTopicName = (prefix: string, key: InputTopicKey): string => `${prefix}.${InputTopics[key]}`;
+
+/** What an input topic carries, read off the wire (a newer version than known is refused, as on the event topics). */
+export const InputTopicSchemas = {
+  prelabels: versionedTopic(PrelabelEvent, { [PRELABEL_PROPOSED]: 1 }),
+} as const satisfies Record<InputTopicKey, z.ZodType>;
+
+export type InputEvent = PrelabelEvent;
+export type InputEventType = InputEvent['type'];
+
+const inputOwnerOf: Record<InputEventType, InputTopicKey> = { PrelabelProposed: 'prelabels' };
+
+/** Anything a service's consumer may apply: the saga's events and the input topics' messages. */
+export type ConsumedEvent = DomainEvent | InputEvent;
+export type ConsumedType = ConsumedEvent['type'];
+export type ConsumedOf<T extends ConsumedType> = Extract<ConsumedEvent, { type: T }>;
+
+export const isInputType = (type: string): type is InputEventType => Object.hasOwn(inputOwnerOf, type);
+
+/** The input topic a message type arrives on. */
+export const inputTopicOf = (type: InputEventType): InputTopicKey => inputOwnerOf[type];
+
+/** The full topic name a consumed type arrives on. */
+export const consumedTopicName = (prefix: string, type: ConsumedType): string => (isInputType(type) ? inputTopicName(prefix, inputOwnerOf[type]) : topicName(prefix, topicOf(type)));
+
+/** The wire schema of the topic a consumed type arrives on. */
+export const consumedTopicSchema = (type: ConsumedType): z.ZodType => (isInputType(type) ? InputTopicSchemas[inputOwnerOf[type]] : TopicSchemas[topicOf(type)]);
+
+/**
+ * The `eventType` part of a consumed event's dedup key (with its task and attempt): the type for
+ * the saga's events, the type with the model name and version for a proposal. Derived here only.
+ */
+export const dedupTypeOf = (event: ConsumedEvent): string => (event.type === PRELABEL_PROPOSED ? prelabelDedupType(event) : event.type);

@@ -1,4 +1,4 @@
-import type { DomainEvent, EventOf, EventType, TaskId } from '@labelflow/contracts';
+import { dedupTypeOf, type ConsumedEvent, type ConsumedOf, type ConsumedType, type DomainEvent, type TaskId } from '@labelflow/contracts';
 import { formatKey, recordManyInInbox, type DedupGate, type DedupKey } from '@labelflow/dedup';
 import type { BatchProcessor, Delivery, DeliveryOutcome } from '@labelflow/messaging';
 import { currentTraceHeaders, withSpan } from '@labelflow/telemetry';
@@ -18,39 +18,43 @@ export interface StateBatch<S> {
   save(): Promise<void>;
 }
 
-export interface BatchStore<S> {
+/** `E`: the events the store is opened for; the saga's events unless its capability also reads an input topic. */
+export interface BatchStore<S, E extends ConsumedEvent = DomainEvent> {
   /** Loads and locks the states of the events' tasks, in task id order so batches never deadlock. */
-  open(tx: PoolClient, events: readonly DomainEvent[]): Promise<StateBatch<S>>;
+  open(tx: PoolClient, events: readonly E[]): Promise<StateBatch<S>>;
 }
 
 /** A consumed event's reaction: pure, given the task's state (time and config come through `ctx`). */
-export type EventHandler<T extends EventType, S, X> = (event: EventOf<T>, state: S, ctx: X) => Executed<S, EventDraft, Rejection>;
-export type EventHandlers<S, X> = { readonly [T in EventType]?: EventHandler<T, S, X> };
+export type EventHandler<T extends ConsumedType, S, X> = (event: ConsumedOf<T>, state: S, ctx: X) => Executed<S, EventDraft, Rejection>;
+export type EventHandlers<S, X> = { readonly [T in ConsumedType]?: EventHandler<T, S, X> };
 
 /** What one event came to inside its batch. */
 export type Applied = { readonly ok: true; readonly events: readonly EventDraft[] } | { readonly ok: false; readonly reason: Rejection };
 
 /** A capability's consumer with its state type hidden, so a service can hold several. */
 export interface EventConsumer<X> {
-  readonly types: readonly EventType[];
-  open(tx: PoolClient, events: readonly DomainEvent[], ctx: X): Promise<{ apply(event: DomainEvent): Promise<Applied>; save(): Promise<void> }>;
+  readonly types: readonly ConsumedType[];
+  open(tx: PoolClient, events: readonly ConsumedEvent[], ctx: X): Promise<{ apply(event: ConsumedEvent): Promise<Applied>; save(): Promise<void> }>;
   /**
    * Told, after the run, of its deliveries dropped as duplicates (an observer counts them per task).
    * Outside the transaction and best effort: it must not throw, or the run would be retried.
    */
-  readonly dropped?: (events: readonly DomainEvent[], ctx: X) => Promise<void>;
+  readonly dropped?: (events: readonly ConsumedEvent[], ctx: X) => Promise<void>;
+  /** Told, after the run committed, of its deliveries its handlers refused, with the refusal's code (best effort, as `dropped`). */
+  readonly ignored?: (refused: readonly { readonly event: ConsumedEvent; readonly code: string }[], ctx: X) => Promise<void>;
 }
 
 /** Binds handlers to the store their states live in. */
-export function eventConsumer<S, X>(store: BatchStore<S>, on: EventHandlers<S, X>): EventConsumer<X> {
-  const types = Object.keys(on) as EventType[];
+export function eventConsumer<S, X, E extends ConsumedEvent = DomainEvent>(store: BatchStore<S, E>, on: EventHandlers<S, X>): EventConsumer<X> {
+  const types = Object.keys(on) as ConsumedType[];
   return {
     types,
     async open(tx, events, ctx) {
-      const states = await store.open(tx, events);
+      // The shell opens a consumer only with events of its handlers' types, which its store reads.
+      const states = await store.open(tx, events as readonly E[]);
       return {
         async apply(event) {
-          const handler = on[event.type] as EventHandler<EventType, S, X> | undefined;
+          const handler = on[event.type] as EventHandler<ConsumedType, S, X> | undefined;
           if (!handler) return { ok: false, reason: { code: 'NOT_HANDLED', message: `no handler for ${event.type}` } };
           const state = await states.get(event.taskId);
           const result = handler(event as never, state, ctx);
@@ -71,10 +75,10 @@ export const sortedTaskIds = <K extends string>(events: readonly { readonly task
  * per table. `loadMany` must lock what it loads; `saveMany` gets each changed task's state as
  * loaded and as it ended after the batch.
  */
-export function preloadedStore<S>(deps: {
-  readonly loadMany: (tx: PoolClient, taskIds: readonly TaskId[], events: readonly DomainEvent[]) => Promise<ReadonlyMap<string, S>>;
+export function preloadedStore<S, E extends ConsumedEvent = DomainEvent>(deps: {
+  readonly loadMany: (tx: PoolClient, taskIds: readonly TaskId[], events: readonly E[]) => Promise<ReadonlyMap<string, S>>;
   readonly saveMany: (tx: PoolClient, changes: readonly { readonly before: S; readonly after: S }[]) => Promise<void>;
-}): BatchStore<S> {
+}): BatchStore<S, E> {
   return {
     async open(tx, events) {
       const loaded = await deps.loadMany(tx, sortedTaskIds(events), events);
@@ -110,7 +114,8 @@ export interface ExactlyOnceDeps<X> {
   readonly onApplied?: (tx: Queryable, taskIds: readonly string[]) => Promise<void>;
 }
 
-const dedupKeyOf = (e: DomainEvent): DedupKey => ({ taskId: e.taskId, eventType: e.type, attempt: e.attempt });
+// The one place a consumed event's dedup key is derived (the type part: see dedupTypeOf).
+const dedupKeyOf = (e: ConsumedEvent): DedupKey => ({ taskId: e.taskId, eventType: dedupTypeOf(e), attempt: e.attempt });
 
 /**
  * The exactly-once shell, top to bottom, for one run of consumed events:
@@ -125,8 +130,8 @@ const dedupKeyOf = (e: DomainEvent): DedupKey => ({ taskId: e.taskId, eventType:
  * Any throw rolls everything back: nothing of the run was applied, and the consumer loop retries it
  * or splits it to find the message that fails.
  */
-export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<DomainEvent> {
-  const byType = new Map<EventType, EventConsumer<X>>();
+export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<ConsumedEvent> {
+  const byType = new Map<ConsumedType, EventConsumer<X>>();
   for (const consumer of deps.consumers) {
     for (const type of consumer.types) {
       if (byType.has(type)) throw new Error(`two capabilities react to ${type}`);
@@ -134,7 +139,7 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<D
     }
   }
 
-  async function transact(fresh: readonly Delivery<DomainEvent>[], outcomes: DeliveryOutcome[], indexOf: Map<Delivery<DomainEvent>, number>): Promise<void> {
+  async function transact(fresh: readonly Delivery<ConsumedEvent>[], outcomes: DeliveryOutcome[], indexOf: Map<Delivery<ConsumedEvent>, number>): Promise<void> {
     await withTransaction(deps.pool, async (tx) => {
       const inserted = await recordManyInInbox(
         tx,
@@ -172,7 +177,7 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<D
   }
 
   return {
-    handles: (type) => byType.has(type as EventType),
+    handles: (type) => byType.has(type as ConsumedType),
     async process(deliveries) {
       const outcomes: DeliveryOutcome[] = new Array(deliveries.length);
       const first = new Map<string, number>();
@@ -183,8 +188,8 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<D
       });
       const unique = [...first.values()].map((i) => deliveries[i]!);
       const verdicts = await deps.gate.check(unique.map(({ event }) => dedupKeyOf(event)));
-      const fresh: Delivery<DomainEvent>[] = [];
-      const indexOf = new Map<Delivery<DomainEvent>, number>();
+      const fresh: Delivery<ConsumedEvent>[] = [];
+      const indexOf = new Map<Delivery<ConsumedEvent>, number>();
       unique.forEach((d, j) => {
         const verdict = verdicts[j] ?? { kind: 'proceed' };
         const i = first.get(formatKey(dedupKeyOf(d.event)))!;
@@ -202,6 +207,13 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<D
       const dropped = deliveries.filter((_, i) => outcomes[i]?.status === 'duplicate').map((d) => d.event);
       for (const consumer of new Set(dropped.map((e) => byType.get(e.type)!))) {
         await consumer.dropped?.(dropped.filter((e) => byType.get(e.type) === consumer), deps.ctx);
+      }
+      const refused = deliveries.flatMap((d, i) => {
+        const outcome = outcomes[i];
+        return outcome?.status === 'ignored' ? [{ event: d.event, code: outcome.code }] : [];
+      });
+      for (const consumer of new Set(refused.map(({ event }) => byType.get(event.type)!))) {
+        await consumer.ignored?.(refused.filter(({ event }) => byType.get(event.type) === consumer), deps.ctx);
       }
       return outcomes;
     },

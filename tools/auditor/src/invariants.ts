@@ -1,3 +1,4 @@
+import { isMachineActor } from '@labelflow/contracts';
 import type { Snapshot } from './snapshot';
 
 export const Invariants = {
@@ -5,6 +6,7 @@ export const Invariants = {
   NO_SURVIVING_DEBIT: 'NO_SURVIVING_DEBIT',
   BUDGET_BALANCE: 'BUDGET_BALANCE',
   PAYOUT_BALANCE: 'PAYOUT_BALANCE',
+  MACHINE_UNPAID: 'MACHINE_UNPAID',
   COMPENSATED: 'COMPENSATED',
   NOT_STUCK: 'NOT_STUCK',
   OUTBOX_DRAINED: 'OUTBOX_DRAINED',
@@ -54,13 +56,21 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
   const now = o.now.getTime();
   const settled = (t: Snapshot['tasks'][number]) => now - t.updatedAt.getTime() >= o.settleMs;
   const price = new Map(s.projects.map((p) => [p.projectId, p.pricePerTask]));
+  const machinePrice = new Map(s.projects.map((p) => [p.projectId, p.machinePricePerTask ?? 0]));
+  const billedTo = new Map((s.billings ?? []).map((b) => [`${b.taskId}#${b.attempt}`, b.annotatorId]));
   const net = netByAttempt(s.ledger);
 
   for (const t of s.tasks) {
     if (!settled(t)) continue;
     const ids = { taskId: t.taskId, projectId: t.projectId };
     const booked = [...(net.get(t.taskId) ?? new Map()).entries()].filter(([, n]) => n.debit !== 0 || n.credit !== 0);
-    if (t.status === 'completed') {
+    const machine = isMachineActor(billedTo.get(`${t.taskId}#${t.attempt}`) ?? '');
+    if (t.status === 'completed' && machine) {
+      // The machine rule: the project pays its machine price (a debit, none at 0) and nobody is credited.
+      const expected = machinePrice.get(t.projectId) ?? 0;
+      const ok = expected === 0 ? booked.length === 0 : booked.length === 1 && booked[0]?.[0] === t.attempt && booked[0][1].debit === expected && booked[0][1].credit === 0 && booked[0][1].debits === 1;
+      if (!ok) flag('BILLED_ONCE', `completed task labelled by a model on attempt ${t.attempt} at machine price ${expected}: net booked ${JSON.stringify(Object.fromEntries(booked))}`, ids);
+    } else if (t.status === 'completed') {
       const expected = price.get(t.projectId);
       const ok = booked.length === 1 && booked[0]?.[0] === t.attempt && booked[0][1].debit === expected && booked[0][1].credit === expected && booked[0][1].debits === 1;
       if (!ok) flag('BILLED_ONCE', `completed task on attempt ${t.attempt} at price ${expected}: net booked ${JSON.stringify(Object.fromEntries(booked))}`, ids);
@@ -87,6 +97,11 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
     const entries = s.ledger.filter((e) => e.annotatorId === p.annotatorId);
     const expected = sum(entries.filter((e) => e.kind === 'credit')) - sum(entries.filter((e) => e.kind === 'reversal'));
     if (p.balance !== expected) flag('PAYOUT_BALANCE', `payout of ${p.annotatorId} is ${p.balance}, credits - reversals = ${expected}`);
+  }
+  // A model is never paid: no payout row and no credit or reversal names one.
+  for (const p of s.payouts.filter((p) => isMachineActor(p.annotatorId))) flag('MACHINE_UNPAID', `a model has a payout row: ${p.annotatorId} holds ${p.balance}`);
+  for (const e of s.ledger.filter((e) => e.annotatorId !== null && isMachineActor(e.annotatorId))) {
+    flag('MACHINE_UNPAID', `a ${e.kind} of ${e.amount} names the model ${e.annotatorId}`, { ...(e.taskId ? { taskId: e.taskId } : {}), projectId: e.projectId });
   }
   for (const row of s.unpublished) {
     const age = now - row.createdAt.getTime();

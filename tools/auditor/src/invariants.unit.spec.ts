@@ -94,3 +94,34 @@ describe('the saga invariants', () => {
     expect(checkInvariants(undone, options)).toEqual([]);
   });
 });
+
+describe('the saga invariants for labels a model submitted', () => {
+  const M = 'model.cat-detector@2.1';
+  /** t1 completed on a model's labels at a machine price of 30: a debit, no credit. */
+  const machine = (machinePricePerTask = 30): Snapshot => ({
+    ...healthy(),
+    projects: [{ projectId: P, pricePerTask: 100, machinePricePerTask, balance: 1_000 - machinePricePerTask }],
+    billings: [{ taskId: 't1', attempt: 1, annotatorId: M, status: 'completed' }],
+    ledger: [
+      { projectId: P, taskId: null, attempt: null, kind: 'topup', annotatorId: null, amount: 1_000 },
+      ...(machinePricePerTask > 0 ? [{ projectId: P, taskId: 't1', attempt: 1, kind: 'debit', annotatorId: null, amount: machinePricePerTask }] : []),
+    ],
+    payouts: [],
+  });
+
+  it('hold for a completed task charged its machine price with nobody credited', () => {
+    expect(checkInvariants(machine(), options)).toEqual([]);
+  });
+
+  it('hold for a completed task at a machine price of 0 with nothing booked', () => {
+    expect(checkInvariants(machine(0), options)).toEqual([]);
+  });
+
+  it('flag a model paid like a person, or charged the task price', () => {
+    const paid = machine();
+    const credited = { ...paid, ledger: [...paid.ledger, { projectId: P, taskId: 't1', attempt: 1, kind: 'credit', annotatorId: M, amount: 30 }], payouts: [{ annotatorId: M, balance: 30 }] };
+    expect(invariantsOf(credited)).toEqual(expect.arrayContaining(['BILLED_ONCE', 'MACHINE_UNPAID']));
+    const taskPrice = { ...paid, projects: [{ projectId: P, pricePerTask: 100, machinePricePerTask: 30, balance: 900 }], ledger: [paid.ledger[0]!, { projectId: P, taskId: 't1', attempt: 1, kind: 'debit', annotatorId: null, amount: 100 }] };
+    expect(invariantsOf(taskPrice)).toEqual(['BILLED_ONCE']);
+  });
+});

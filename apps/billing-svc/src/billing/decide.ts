@@ -1,6 +1,6 @@
 import type { AnnotatorId, BillingCompleted, BillingEvent, BillingFailed, BillingFailureReason, BillingRefunded, QaPassed, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
-import { billingOf, BillingStatus, evolve, MAX_AMOUNT, payoutOf, type AttemptBilling, type BillingTaskState } from './state';
+import { billingOf, BillingStatus, evolve, isMachine, MAX_AMOUNT, payoutOf, priceFor, type AttemptBilling, type BillingTaskState } from './state';
 
 export type BillingCommand =
   /** QA approved an attempt. */
@@ -70,15 +70,18 @@ function chargeable(state: BillingTaskState, annotatorId: AnnotatorId, faults: B
   const { project, taskId } = state;
   if (faults.billingFails(annotatorId)) return { ok: false, reason: 'INJECTED_FAILURE', detail: `billing of task ${taskId} failed by fault injection` };
   if (!project) return { ok: false, reason: 'PROJECT_NOT_FOUND', detail: `the task's project does not exist` };
-  if (project.balance < project.pricePerTask) {
-    return { ok: false, reason: 'INSUFFICIENT_BUDGET', detail: `project ${project.projectId} has ${project.balance} cents left; a task costs ${project.pricePerTask}` };
+  const price = priceFor(project, annotatorId);
+  if (project.balance < price) {
+    return { ok: false, reason: 'INSUFFICIENT_BUDGET', detail: `project ${project.projectId} has ${project.balance} cents left; a task costs ${price}` };
   }
+  // A model is paid nothing, so it has no payout to overflow.
+  if (isMachine(annotatorId)) return { ok: true };
   const payout = payoutOf(state, annotatorId);
-  if (payout > MAX_AMOUNT - project.pricePerTask) {
+  if (payout > MAX_AMOUNT - price) {
     return {
       ok: false,
       reason: 'PAYOUT_LIMIT_EXCEEDED',
-      detail: `annotator ${annotatorId} holds ${payout} cents in payouts; ${project.pricePerTask} more would pass the largest amount, ${MAX_AMOUNT}`,
+      detail: `annotator ${annotatorId} holds ${payout} cents in payouts; ${price} more would pass the largest amount, ${MAX_AMOUNT}`,
     };
   }
   return { ok: true };
@@ -100,7 +103,7 @@ function billTask(event: EventDraft<QaPassed>, faults: BillingFaults, state: Bil
     const failed: EventDraft<BillingFailed> = { ...base, type: 'BillingFailed', payload: { annotatorId: event.payload.annotatorId, reason: charge.reason, detail: charge.detail, approvedBy: event.payload.reviewerId } };
     return accept(...superseded, failed);
   }
-  const completed: EventDraft<BillingCompleted> = { ...base, type: 'BillingCompleted', payload: { annotatorId: event.payload.annotatorId, amount: current.project?.pricePerTask ?? 0, approvedBy: event.payload.reviewerId } };
+  const completed: EventDraft<BillingCompleted> = { ...base, type: 'BillingCompleted', payload: { annotatorId: event.payload.annotatorId, amount: current.project ? priceFor(current.project, event.payload.annotatorId) : 0, approvedBy: event.payload.reviewerId } };
   return accept(...superseded, completed);
 }
 
@@ -118,7 +121,7 @@ function retry(faults: BillingFaults, state: BillingTaskState): BillingDecision 
     taskId: latest.taskId,
     projectId: latest.projectId,
     attempt: latest.attempt,
-    payload: { annotatorId: latest.annotatorId, amount: state.project?.pricePerTask ?? latest.amount, ...(latest.approvedBy ? { approvedBy: latest.approvedBy } : {}) },
+    payload: { annotatorId: latest.annotatorId, amount: state.project ? priceFor(state.project, latest.annotatorId) : latest.amount, ...(latest.approvedBy ? { approvedBy: latest.approvedBy } : {}) },
   });
 }
 

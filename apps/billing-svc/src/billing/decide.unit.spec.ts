@@ -14,7 +14,7 @@ const envelope = (attempt: number) => ({ version: 1 as const, taskId, projectId,
 const qaPassed = (attempt = 1, annotatorId: AnnotatorId = ann): EventDraft<QaPassed> => ({ ...envelope(attempt), type: 'QaPassed', payload: { annotatorId, reviewerId: 'rev-1' as ReviewerId } });
 const cancelled = (attempt = 1): EventDraft<TaskCancelled> => ({ ...envelope(attempt), type: 'TaskCancelled', payload: { reason: 'withdrawn', cancelledBy: 'admin', previousStatus: 'completed' } });
 const reopened = (attempt: number): EventDraft<TaskReopened> => ({ ...envelope(attempt), type: 'TaskReopened', payload: { reason: 'LEASE_EXPIRED', previousAttempt: attempt - 1, previousAnnotatorId: ann } });
-const project = (balance: number, pricePerTask = 500): ProjectBudget => ({ projectId, pricePerTask, balance, version: 3 });
+const project = (balance: number, pricePerTask = 500, machinePricePerTask = 40): ProjectBudget => ({ projectId, pricePerTask, machinePricePerTask, balance, version: 3 });
 
 const bill = (event = qaPassed()): BillingCommand => ({ type: 'BillTask', event });
 const retry = (): BillingCommand => ({ type: 'RetryBilling', taskId });
@@ -208,5 +208,39 @@ describe('billing-svc: the limits of an amount', () => {
   it('reports a short budget before the payout limit', () => {
     const { decision } = run(paid(given(project(100)), ann, MAX), bill());
     expect(failure(decision)?.payload.reason).toBe('INSUFFICIENT_BUDGET');
+  });
+});
+
+describe('billing-svc: labels a model submitted (the machine rule)', () => {
+  const model = 'model.cat-detector@2.1' as AnnotatorId;
+
+  it('charges the machine price and moves no payout when the approved annotator is a model', () => {
+    const { decision, after } = run(given(project(1_000, 500, 40)), bill(qaPassed(1, model)));
+    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingCompleted', payload: { annotatorId: model, amount: 40, approvedBy: 'rev-1' } }] });
+    expect(after.project?.balance).toBe(960);
+    expect(after.payouts[model]).toBeUndefined();
+  });
+
+  it('bills a model at a machine price of 0 without needing any budget', () => {
+    const { decision } = run(given(project(0, 500, 0)), bill(qaPassed(1, model)));
+    expect(decision.ok && decision.events[0]?.type === 'BillingCompleted' && decision.events[0].payload.amount).toBe(0);
+  });
+
+  it('fails with INSUFFICIENT_BUDGET when the budget does not cover the machine price', () => {
+    const { decision } = run(given(project(39, 500, 40)), bill(qaPassed(1, model)));
+    expect(decision.ok && decision.events[0]?.type === 'BillingFailed' && decision.events[0].payload.reason).toBe('INSUFFICIENT_BUDGET');
+  });
+
+  it('refunds the machine price on cancellation and still moves no payout', () => {
+    const billed = completed(given(project(1_000, 500, 40)), bill(qaPassed(1, model)));
+    const { decision, after } = run(billed, observe(cancelled()));
+    expect(decision.ok && decision.events[0]?.type === 'BillingRefunded' && decision.events[0].payload.amount).toBe(40);
+    expect(after.project?.balance).toBe(1_000);
+    expect(after.payouts[model]).toBeUndefined();
+  });
+
+  it('pays a person the task price as before, even with a machine price set', () => {
+    const { decision } = run(given(project(1_000, 500, 40)), bill());
+    expect(decision.ok && decision.events[0]?.type === 'BillingCompleted' && decision.events[0].payload.amount).toBe(500);
   });
 });

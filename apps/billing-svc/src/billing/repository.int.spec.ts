@@ -23,7 +23,7 @@ describe('billing-svc billing repository', () => {
 
   const newProject = async (balance = 1_000) => {
     const projectId = randomUUID() as ProjectId;
-    await insertProject(pool, { projectId, name: 'cats', currency: 'EUR', pricePerTask: price, balance });
+    await insertProject(pool, { projectId, name: 'cats', currency: 'EUR', pricePerTask: price, machinePricePerTask: 0, balance });
     return projectId;
   };
   const newTaskId = () => freshSnowflake() as TaskId;
@@ -49,9 +49,32 @@ describe('billing-svc billing repository', () => {
   it('loads a task billing never saw with its tombstone row made, the hinted project, and a zero payout row for the approved annotator', async () => {
     const [projectId, taskId, annotatorId] = [await newProject(), newTaskId(), newAnnotator()];
     const state = await withTransaction(pool, (tx) => loadBillingTask(tx, taskId, projectId, { annotators: [annotatorId] }));
-    expect(state).toMatchObject(emptyBilling(taskId, { projectId, pricePerTask: price, balance: 1_000, version: 1 }, { [annotatorId]: 0 }));
+    expect(state).toMatchObject(emptyBilling(taskId, { projectId, pricePerTask: price, machinePricePerTask: 0, balance: 1_000, version: 1 }, { [annotatorId]: 0 }));
     expect((await pool.query('SELECT latest_attempt, cancelled_at FROM billing_tasks WHERE task_id = $1', [taskId])).rows).toEqual([{ latest_attempt: 1, cancelled_at: null }]);
     expect((await withTransaction(pool, (tx) => loadBillingTask(tx, newTaskId(), randomUUID() as ProjectId))).project).toBeNull();
+  });
+
+  it("books a model's billing as a debit of the amount only, with no credit and no payout row, and its refund likewise", async () => {
+    const [projectId, taskId] = [await newProject(), newTaskId()];
+    const model = 'model.cat-detector@2.1' as AnnotatorId;
+    await apply(taskId, projectId, [{ type: 'BillingCompleted', version: 1, taskId, projectId, attempt: 1, payload: { annotatorId: model, amount: 30, approvedBy: reviewer } }], [model]);
+    expect(await ledgerOf(taskId)).toEqual([['debit', null, 30, reviewer]]);
+    expect((await pool.query('SELECT 1 FROM payouts WHERE annotator_id = $1', [model])).rows).toEqual([]);
+    expect((await loadProject(pool, projectId))?.balance).toBe(970);
+
+    await apply(taskId, projectId, [{ type: 'BillingRefunded', version: 1, taskId, projectId, attempt: 1, payload: { annotatorId: model, amount: 30, reason: 'TASK_CANCELLED', refundedBy: 'admin-1' } }]);
+    expect(await ledgerOf(taskId)).toEqual([['debit', null, 30, reviewer], ['refund', null, 30, 'admin-1']]);
+    expect((await pool.query('SELECT 1 FROM payouts WHERE annotator_id = $1', [model])).rows).toEqual([]);
+    expect((await loadProject(pool, projectId))?.balance).toBe(1_000);
+  });
+
+  it("books nothing for a model's billing at a machine price of 0", async () => {
+    const [projectId, taskId] = [await newProject(), newTaskId()];
+    const model = 'model.cat-detector@2.1' as AnnotatorId;
+    await apply(taskId, projectId, [{ type: 'BillingCompleted', version: 1, taskId, projectId, attempt: 1, payload: { annotatorId: model, amount: 0, approvedBy: reviewer } }], [model]);
+    expect(await listBillings(pool, taskId)).toMatchObject([{ annotatorId: model, status: 'completed', amount: 0 }]);
+    expect(await ledgerOf(taskId)).toEqual([]);
+    expect((await loadProject(pool, projectId))?.balance).toBe(1_000);
   });
 
   it('books a completed billing with its debit, credit, balance and payout together, and a refund returns both', async () => {

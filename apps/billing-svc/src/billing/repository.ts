@@ -1,7 +1,7 @@
 import type { AnnotatorId, DomainEvent, Money, ProjectId, TaskId } from '@labelflow/contracts';
 import { ServiceKitError, ServiceKitErrors, sortedTaskIds, type BatchStore, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { budgets, type LedgerEntry } from '../projects/port';
-import { BillingStatus, emptyBilling, type AttemptBilling, type BillingTaskState } from './state';
+import { BillingStatus, emptyBilling, isMachine, type AttemptBilling, type BillingTaskState } from './state';
 
 interface BillingRow {
   task_id: string;
@@ -54,7 +54,7 @@ export async function loadBillingTask(tx: PoolClient, taskId: TaskId, projectHin
   const billings = await listBillings(tx, taskId);
   const projectId = billings[0]?.projectId ?? projectHint;
   const project = projectId ? await budgets.load(tx, projectId) : null;
-  const annotators = [...(payoutRows.annotators ?? []), ...billings.map((b) => b.annotatorId)];
+  const annotators = [...(payoutRows.annotators ?? []), ...billings.map((b) => b.annotatorId)].filter((a) => !isMachine(a));
   if (!payoutRows.locked) await ensurePayoutRows(tx, annotators);
   const payouts = await lockPayouts(tx, annotators);
   const mark = marks[0];
@@ -81,7 +81,8 @@ async function lockPayouts(tx: PoolClient, annotators: readonly AnnotatorId[]): 
   return Object.fromEntries(rows.map((r) => [r.annotator_id, Number(r.balance)]));
 }
 
-const approvedAnnotator = (event: DomainEvent): AnnotatorId | null => (event.type === 'QaPassed' ? event.payload.annotatorId : null);
+// A model has no payout row: nothing to create or lock for it.
+const approvedAnnotator = (event: DomainEvent): AnnotatorId | null => (event.type === 'QaPassed' && !isMachine(event.payload.annotatorId) ? event.payload.annotatorId : null);
 
 /**
  * A consumed batch's billing states. Its task rows, then its projects' rows, then its annotators'
@@ -102,7 +103,7 @@ export const billingBatchStore: BatchStore<BillingTaskState> = {
       const annotator = approvedAnnotator(e);
       if (annotator) approved.set(e.taskId, [...(approved.get(e.taskId) ?? []), annotator]);
     }
-    const annotators = [...rows.map((r) => r.annotator_id), ...[...approved.values()].flat()];
+    const annotators = [...rows.map((r) => r.annotator_id).filter((a) => !isMachine(a)), ...[...approved.values()].flat()];
     await ensurePayoutRows(tx, annotators);
     await lockPayouts(tx, annotators);
     const hints = new Map(events.map((e) => [e.taskId, e.projectId]));
@@ -141,6 +142,12 @@ export async function saveBillingTask(tx: PoolClient, previous: BillingTaskState
 }
 
 async function book(tx: PoolClient, b: AttemptBilling, legs: readonly [LedgerEntry['kind'], AnnotatorId | null][], payoutDelta: Money, actor: string | null): Promise<void> {
+  if (isMachine(b.annotatorId)) {
+    // A model's labels: the project side only (debit or refund), and nothing at all at a machine
+    // price of 0, since the ledger holds only money that moved.
+    if (b.amount > 0) await budgets.book(tx, legs.filter(([, annotatorId]) => annotatorId === null).map(([kind]) => ({ projectId: b.projectId, taskId: b.taskId, attempt: b.attempt, kind, annotatorId: null, amount: b.amount, actor })));
+    return;
+  }
   await budgets.book(tx, legs.map(([kind, annotatorId]) => ({ projectId: b.projectId, taskId: b.taskId, attempt: b.attempt, kind, annotatorId, amount: b.amount, actor })));
   // A reversal only ever follows its credit, so the row exists; an upsert would not do here,
   // since its proposed row (a negative balance) fails the CHECK before ON CONFLICT is considered.

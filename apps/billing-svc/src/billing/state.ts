@@ -1,4 +1,4 @@
-import type { AnnotatorId, BillingEvent, BillingFailureReason, Money, ProjectId, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
+import { isMachineActor, type AnnotatorId, type BillingEvent, type BillingFailureReason, type Money, type ProjectId, type TaskCancelled, type TaskId, type TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
 
 export { MAX_AMOUNT } from '@labelflow/contracts';
@@ -10,6 +10,8 @@ export type BillingStatus = (typeof BillingStatus)[keyof typeof BillingStatus];
 export interface ProjectBudget {
   readonly projectId: ProjectId;
   readonly pricePerTask: Money;
+  /** The price of a task whose approved labels a model submitted. */
+  readonly machinePricePerTask: Money;
   readonly balance: Money;
   /** Optimistic concurrency: bumped on every balance change, checked by compare-and-set. */
   readonly version: number;
@@ -59,6 +61,18 @@ export const emptyBilling = (taskId: TaskId, project: ProjectBudget | null = nul
   latestAttempt: 1,
   payouts,
 });
+/**
+ * The machine rule: an annotator id of the form `model.<name>@<version>` is a model (label-svc
+ * submits under it, and refuses it to people). Nobody is paid for its labels: the project is
+ * charged its machine price, and no payout row is created or moved.
+ */
+export const isMachine = (annotatorId: string): boolean => isMachineActor(annotatorId);
+
+/** What one approved attempt costs the project: the machine price for a model's labels, the task price otherwise. */
+export const priceFor = (project: ProjectBudget, annotatorId: string): Money => (isMachine(annotatorId) ? project.machinePricePerTask : project.pricePerTask);
+
+const movePayoutOf = (state: BillingTaskState, annotatorId: AnnotatorId, delta: number): BillingTaskState['payouts'] => (isMachine(annotatorId) ? state.payouts : movePayout(state, annotatorId, delta));
+
 export const payoutOf = (state: BillingTaskState, annotatorId: AnnotatorId): Money => state.payouts[annotatorId] ?? 0;
 
 export const billingOf = (state: BillingTaskState, attempt: number): AttemptBilling | undefined => state.billings.find((b) => b.attempt === attempt);
@@ -77,11 +91,11 @@ export function evolve(state: BillingTaskState, event: BillingStateEvent): Billi
     case 'BillingCompleted': {
       const { annotatorId, amount } = event.payload;
       const billed = upsert(state, { taskId, attempt, projectId, annotatorId, status: BillingStatus.completed, amount, reason: null, approvedBy: event.payload.approvedBy ?? billingOf(state, attempt)?.approvedBy ?? null });
-      return { ...billed, project: moveBalance(state.project, -amount), payouts: movePayout(state, annotatorId, amount) };
+      return { ...billed, project: moveBalance(state.project, -amount), payouts: movePayoutOf(state, annotatorId, amount) };
     }
     case 'BillingFailed': {
       // Record what the attempt would have cost, so a failed row explains the shortfall.
-      const amount = state.project?.pricePerTask ?? 0;
+      const amount = state.project ? priceFor(state.project, event.payload.annotatorId) : 0;
       const reason: BillingFailureReason = event.payload.reason;
       return upsert(state, { taskId, attempt, projectId, annotatorId: event.payload.annotatorId, status: BillingStatus.failed, amount, reason, approvedBy: event.payload.approvedBy ?? null });
     }
@@ -89,7 +103,7 @@ export function evolve(state: BillingTaskState, event: BillingStateEvent): Billi
       const billing = billingOf(state, attempt);
       if (!billing) return state;
       const refunded = upsert(state, { ...billing, status: BillingStatus.refunded, reason: event.payload.reason, refundedBy: event.payload.refundedBy ?? null });
-      return { ...refunded, project: moveBalance(state.project, event.payload.amount), payouts: movePayout(state, billing.annotatorId, -event.payload.amount) };
+      return { ...refunded, project: moveBalance(state.project, event.payload.amount), payouts: movePayoutOf(state, billing.annotatorId, -event.payload.amount) };
     }
     case 'TaskCancelled':
       return state.cancelled ? state : { ...state, cancelled: true };

@@ -10,6 +10,7 @@ export type ProjectCommand =
       readonly name: string;
       readonly currency: string;
       readonly pricePerTask: Money;
+      readonly machinePricePerTask: Money;
       readonly budget: Money;
       readonly actor: string;
     }
@@ -27,8 +28,8 @@ export function decide(command: ProjectCommand, state: ProjectState | null): Pro
   switch (command.type) {
     case 'CreateProject': {
       if (state) return reject('PROJECT_EXISTS', `project ${command.projectId} already exists`);
-      const { projectId, name, currency, pricePerTask, budget, actor } = command;
-      const created: ProjectEvent = { type: 'ProjectCreated', projectId, name, currency, pricePerTask };
+      const { projectId, name, currency, pricePerTask, machinePricePerTask, budget, actor } = command;
+      const created: ProjectEvent = { type: 'ProjectCreated', projectId, name, currency, pricePerTask, machinePricePerTask };
       // An empty budget books nothing: the ledger holds only money that moved.
       return budget > 0 ? accept(created, { type: 'BudgetToppedUp', projectId, amount: budget, actor }) : accept(created);
     }

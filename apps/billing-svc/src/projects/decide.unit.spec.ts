@@ -9,7 +9,7 @@ const projectId = '22222222-2222-4222-8222-222222222222' as ProjectId;
 const MAX = Number.MAX_SAFE_INTEGER;
 
 const { given, when, rejectionCode } = deciderSpec({ decide, evolve }, { initial: () => null, observed: () => [] });
-const create = (budget: number): ProjectCommand => ({ type: 'CreateProject', projectId, name: 'cats', currency: 'EUR', pricePerTask: 250, budget, actor: 'ops-1' });
+const create = (budget: number): ProjectCommand => ({ type: 'CreateProject', projectId, name: 'cats', currency: 'EUR', pricePerTask: 250, machinePricePerTask: 0, budget, actor: 'ops-1' });
 const topUp = (amount: number, actor = 'owner-1'): ProjectCommand => ({ type: 'TopUp', projectId, amount, actor });
 /** A project as loaded: its balance, and what billing debited and refunded (booked by billing, not by a project event). */
 const project = (balance: number, debited = 0, refunded = 0): ProjectState => ({
@@ -17,6 +17,7 @@ const project = (balance: number, debited = 0, refunded = 0): ProjectState => ({
   name: 'cats',
   currency: 'EUR',
   pricePerTask: 250,
+  machinePricePerTask: 0,
   balance,
   totals: { toppedUp: balance + debited - refunded, debited, refunded },
   version: 4,
@@ -27,7 +28,7 @@ describe('billing-svc projects: creating a project', () => {
     const { decision, state } = when(given(), create(2_500));
 
     expect(decision.ok && ledgerEntriesOf(decision.events)).toEqual([{ projectId, kind: 'topup', amount: 2_500, taskId: null, attempt: null, annotatorId: null, actor: 'ops-1' }]);
-    expect(state).toEqual({ projectId, name: 'cats', currency: 'EUR', pricePerTask: 250, balance: 2_500, totals: { toppedUp: 2_500, debited: 0, refunded: 0 }, version: 0 });
+    expect(state).toEqual({ projectId, name: 'cats', currency: 'EUR', pricePerTask: 250, machinePricePerTask: 0, balance: 2_500, totals: { toppedUp: 2_500, debited: 0, refunded: 0 }, version: 0 });
   });
 
   it('records nothing for an empty initial budget', () => {

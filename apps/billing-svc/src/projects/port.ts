@@ -7,7 +7,7 @@ import type { ProjectState } from './state';
 export { LedgerListPosition, type LedgerEntry, type LedgerRecord } from './repository';
 
 /** The part of a project that billing decides on. */
-export type ProjectBudget = Pick<ProjectState, 'projectId' | 'pricePerTask' | 'balance' | 'version'>;
+export type ProjectBudget = Pick<ProjectState, 'projectId' | 'pricePerTask' | 'machinePricePerTask' | 'balance' | 'version'>;
 
 /**
  * Everything billing/ does with projects/: lock and read a budget, move its balance, book what a
@@ -33,7 +33,7 @@ export const budgets: BudgetPort = {
   lockAll: lockProjects,
   async load(tx, projectId) {
     const project = await loadProject(tx, projectId, { forUpdate: true });
-    return project && { projectId: project.projectId, pricePerTask: project.pricePerTask, balance: project.balance, version: project.version };
+    return project && { projectId: project.projectId, pricePerTask: project.pricePerTask, machinePricePerTask: project.machinePricePerTask, balance: project.balance, version: project.version };
   },
   move: (tx, before, after) => saveBalance(tx, after.projectId, after.balance, before.version),
   book: appendLedger,

@@ -24,7 +24,7 @@ describe('billing-svc pageLedger keyset pages', () => {
     drop = db.drop;
     pool = createTestPool(db.url);
     await migrate(pool, migrations);
-    for (const projectId of [projectA, projectB, projectC]) await insertProject(pool, { projectId, name: 'p', currency: 'EUR', pricePerTask: 100, balance: 0 });
+    for (const projectId of [projectA, projectB, projectC]) await insertProject(pool, { projectId, name: 'p', currency: 'EUR', pricePerTask: 100, machinePricePerTask: 0, balance: 0 });
     // Interleaved as billing books them: the project's debit, then the annotator's credit, sometimes a reversal.
     const entries: LedgerEntry[] = [];
     for (let n = 1; n <= 60; n++) {
@@ -122,7 +122,7 @@ describe('billing-svc project repository', () => {
 
   const newProject = async (balance = 1_000) => {
     const projectId = randomUUID() as ProjectId;
-    await insertProject(pool, { projectId, name: 'cats', currency: 'EUR', pricePerTask: 100, balance });
+    await insertProject(pool, { projectId, name: 'cats', currency: 'EUR', pricePerTask: 100, machinePricePerTask: 0, balance });
     return projectId;
   };
   /** Resolves once a session of this test's database waits for a lock another transaction holds. */

@@ -15,6 +15,7 @@ interface ProjectRow {
   name: string;
   currency: string;
   price_per_task: string;
+  machine_price_per_task: string;
   balance: string;
   version: number;
   created_at: Date;
@@ -44,6 +45,7 @@ const toProject = (r: ProjectRow): ProjectRecord => ({
   name: r.name,
   currency: r.currency,
   pricePerTask: Number(r.price_per_task),
+  machinePricePerTask: Number(r.machine_price_per_task),
   balance: Number(r.balance),
   version: r.version,
   createdAt: r.created_at,
@@ -63,8 +65,8 @@ const toLedger = (r: LedgerRow): LedgerRecord => ({
 
 export async function insertProject(db: Queryable, p: Omit<ProjectRecord, 'version' | 'createdAt'>): Promise<void> {
   await db.query(
-    `INSERT INTO projects (project_id, name, currency, price_per_task, balance, version) VALUES ($1, $2, $3, $4, $5, 1)`,
-    [p.projectId, p.name, p.currency, p.pricePerTask, p.balance],
+    `INSERT INTO projects (project_id, name, currency, price_per_task, machine_price_per_task, balance, version) VALUES ($1, $2, $3, $4, $5, $6, 1)`,
+    [p.projectId, p.name, p.currency, p.pricePerTask, p.machinePricePerTask, p.balance],
   );
 }
 

@@ -14,6 +14,8 @@ const CreateProjectBody = z.object({
   name: storable(z.string().trim().min(1).max(200)),
   budget: Money,
   pricePerTask: PositiveMoney,
+  // A model's labels pay nobody: 0 (free) unless the project charges for them.
+  machinePricePerTask: Money.default(0),
   currency: z.string().regex(/^[A-Z]{3}$/, 'must be a 3-letter uppercase currency code').default('USD'),
 }).strict();
 const TopUpBody = z.object({ amount: PositiveMoney }).strict();
@@ -26,6 +28,7 @@ const toProjectView = (p: ProjectSummary) => ({
   name: p.name,
   currency: p.currency,
   pricePerTask: p.pricePerTask,
+  machinePricePerTask: p.machinePricePerTask,
   balance: p.balance,
   totalToppedUp: p.totalToppedUp,
   totalDebited: p.totalDebited,

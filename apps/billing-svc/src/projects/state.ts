@@ -15,6 +15,8 @@ export interface ProjectState {
   readonly name: string;
   readonly currency: string;
   readonly pricePerTask: Money;
+  /** What a task labelled by a model (a machine annotator) costs: no annotator is paid for it. */
+  readonly machinePricePerTask: Money;
   readonly balance: Money;
   readonly totals: ProjectTotals;
   /** Optimistic concurrency: bumped on every balance change, checked by compare-and-set. */
@@ -26,7 +28,7 @@ export interface ProjectState {
  * no other service needs a budget. `actor` is the person whose request moved the money.
  */
 export type ProjectEvent =
-  | { readonly type: 'ProjectCreated'; readonly projectId: ProjectId; readonly name: string; readonly currency: string; readonly pricePerTask: Money }
+  | { readonly type: 'ProjectCreated'; readonly projectId: ProjectId; readonly name: string; readonly currency: string; readonly pricePerTask: Money; readonly machinePricePerTask: Money }
   | { readonly type: 'BudgetToppedUp'; readonly projectId: ProjectId; readonly amount: Money; readonly actor: string };
 
 /** Billed and not refunded: what cancellations and reopens may still return to the balance. */
@@ -36,8 +38,8 @@ export function evolve(state: ProjectState | null, event: ProjectEvent): Project
   switch (event.type) {
     case 'ProjectCreated': {
       if (state) return state;
-      const { projectId, name, currency, pricePerTask } = event;
-      return { projectId, name, currency, pricePerTask, balance: 0, totals: { toppedUp: 0, debited: 0, refunded: 0 }, version: 0 };
+      const { projectId, name, currency, pricePerTask, machinePricePerTask } = event;
+      return { projectId, name, currency, pricePerTask, machinePricePerTask, balance: 0, totals: { toppedUp: 0, debited: 0, refunded: 0 }, version: 0 };
     }
     case 'BudgetToppedUp':
       if (!state) return state;

@@ -1,6 +1,6 @@
-import type { Annotation, AnnotatorId, LabelEvent, TaskId } from '@labelflow/contracts';
+import { isMachineActor, machineActorId, type Annotation, type AnnotatorId, type LabelEvent, type PrelabelProposed, type TaskId } from '@labelflow/contracts';
 import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
-import { labelOf, LabelStatus, VoidReason, type Label, type LabelObservedEvent, type LabelTaskState } from './state';
+import { labelOf, LabelStatus, VoidReason, type Label, type LabelObservedEvent, type LabelTaskState, type PrelabelPolicy } from './state';
 
 export type LabelCommand =
   | {
@@ -14,7 +14,9 @@ export type LabelCommand =
       /** How long the annotator worked, if their tool says; the event carries null otherwise. */
       readonly durationMs?: number;
     }
-  | { readonly type: 'Observe'; readonly event: LabelObservedEvent };
+  | { readonly type: 'Observe'; readonly event: LabelObservedEvent }
+  /** A model's proposal arrived; `now` decides whether the assignee's lease still allows labels. */
+  | { readonly type: 'ReceivePrelabel'; readonly proposal: PrelabelProposed; readonly now: Date };
 
 export const LabelRejections = {
   VERDICT_FINAL: 'VERDICT_FINAL',
@@ -28,6 +30,8 @@ export const LabelRejections = {
   LABEL_VOIDED: 'LABEL_VOIDED',
   LABEL_REJECTED: 'LABEL_REJECTED',
   NOTHING_TO_UNDO: 'NOTHING_TO_UNDO',
+  PROJECT_MISMATCH: 'PROJECT_MISMATCH',
+  MACHINE_ACTOR_RESERVED: 'MACHINE_ACTOR_RESERVED',
 } as const;
 export type LabelRejection = Rejection<(typeof LabelRejections)[keyof typeof LabelRejections]>;
 export type LabelDecision = Decision<EventDraft<LabelEvent>, LabelRejection>;
@@ -41,6 +45,8 @@ export function decide(command: LabelCommand, state: LabelTaskState): LabelDecis
       return submit(command, state);
     case 'Observe':
       return observe(command.event, state);
+    case 'ReceivePrelabel':
+      return receivePrelabel(command.proposal, state, command.now);
     default: {
       const unhandled: never = command;
       return unhandled;
@@ -50,6 +56,8 @@ export function decide(command: LabelCommand, state: LabelTaskState): LabelDecis
 
 function submit(command: Extract<LabelCommand, { type: 'SubmitLabels' }>, state: LabelTaskState): LabelDecision {
   const { assignment } = state;
+  // The machine form names models only: billing pays no payout to it, so no person may label under it.
+  if (isMachineActor(command.annotatorId)) return reject('MACHINE_ACTOR_RESERVED', `${command.annotatorId} has the form of a model's annotator id (model.<name>@<version>), reserved for machine pre-labels`);
   if (state.cancelled) return reject('TASK_CANCELLED', `task ${command.taskId} was cancelled`);
   if (!assignment) return reject('ASSIGNMENT_UNKNOWN', `task ${command.taskId} has no assignment (yet): claim it first, or retry shortly`);
   // The claim of a newer attempt has not reached label-svc yet: not a refusal, just "not yet".
@@ -137,4 +145,39 @@ function onLabel(
     return reject('LABEL_VOIDED', `${event.type} for attempt ${event.attempt}, whose labels were voided (${label.voidReason ?? 'unknown'})`);
   }
   return then(label);
+}
+
+/**
+ * A model's proposal. Kept unless it is for an attempt the task has left (STALE_ATTEMPT), a
+ * cancelled task, or another project than the task's. A task label-svc has not heard of yet keeps
+ * it too: it is shown once the assignment arrives. It becomes the attempt's labels, submitted by
+ * the model (`machineActorId`), only when the policy says so and the attempt accepts labels now,
+ * exactly as the assignee's own submission would be: assigned, lease running, nothing submitted.
+ */
+function receivePrelabel(proposal: PrelabelProposed, state: LabelTaskState, now: Date): LabelDecision {
+  const { assignment } = state;
+  if (state.cancelled) return reject('TASK_CANCELLED', `proposal ${proposal.id} for a cancelled task`);
+  if (assignment && assignment.projectId !== proposal.projectId) return reject('PROJECT_MISMATCH', `proposal ${proposal.id} names project ${proposal.projectId}, the task is in ${assignment.projectId}`);
+  if (assignment && proposal.attempt < assignment.attempt) return reject('STALE_ATTEMPT', `proposal for attempt ${proposal.attempt}, superseded by attempt ${assignment.attempt}`);
+  if (!autoSubmits(proposal, state, now)) return accept();
+  return accept({
+    type: 'LabelSubmitted',
+    version: 2,
+    taskId: proposal.taskId,
+    projectId: proposal.projectId,
+    attempt: proposal.attempt,
+    payload: { annotatorId: machineActorId(proposal.model) as AnnotatorId, annotations: proposal.annotations.map((a) => ({ label: a.label, confidence: a.confidence })), durationMs: null },
+  });
+}
+
+const modelMatches = (policy: PrelabelPolicy, proposal: PrelabelProposed): boolean =>
+  policy.model === null || (policy.model.name === proposal.model.name && policy.model.version === proposal.model.version);
+
+function autoSubmits(proposal: PrelabelProposed, state: LabelTaskState, now: Date): boolean {
+  const { assignment, prelabelPolicy: policy } = state;
+  if (!policy || !policy.autoSubmit || policy.projectId !== proposal.projectId || !modelMatches(policy, proposal)) return false;
+  if (!proposal.annotations.every((a) => a.confidence >= policy.minConfidence)) return false;
+  if (!assignment || assignment.attempt !== proposal.attempt || assignment.annotatorId === null) return false;
+  if (assignment.leaseExpiresAt !== null && now.getTime() >= Date.parse(assignment.leaseExpiresAt)) return false;
+  return !labelOf(state, proposal.attempt);
 }

@@ -16,11 +16,11 @@ export const decider = { decide, evolve };
  * know only the newest shape, but v1 is still a shape the topic's schema (and so the emitter's own
  * check) accepts, which is why the cast is sound.
  */
-const written = (version: LabelSvcConfig['LABEL_EVENT_VERSION']) => (draft: EventDraft<LabelEvent>): EventDraft<LabelEvent> =>
+export const written = (version: LabelSvcConfig['LABEL_EVENT_VERSION']) => (draft: EventDraft<LabelEvent>): EventDraft<LabelEvent> =>
   version === 1 ? (labelSubmittedAsV1(draft) as unknown as EventDraft<LabelEvent>) : draft;
 
 /** Runs a request's command in the caller's transaction; consumed events go through reactions.ts. */
-export async function executeLabel(tx: PoolClient, command: Exclude<LabelCommand, { type: 'Observe' }>, config: Pick<LabelSvcConfig, 'LABEL_EVENT_VERSION'>) {
+export async function executeLabel(tx: PoolClient, command: Extract<LabelCommand, { type: 'SubmitLabels' }>, config: Pick<LabelSvcConfig, 'LABEL_EVENT_VERSION'>) {
   const result = await execute(tx, { decider, store }, command.taskId, command);
   return result.ok ? { ...result, events: result.events.map(written(config.LABEL_EVENT_VERSION)) } : result;
 }

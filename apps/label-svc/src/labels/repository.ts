@@ -1,5 +1,6 @@
-import type { Annotation, AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
+import { PRELABEL_PROPOSED, type Annotation, type AnnotatorId, type ConsumedEvent, type ProjectId, type TaskId } from '@labelflow/contracts';
 import { ServiceKitError, ServiceKitErrors, unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
+import { insertPrelabels, loadPolicies } from '../prelabels/repository';
 import { emptyState, type Assignment, type Label, type LabelStatus, type LabelTaskState, type VoidReason } from './state';
 
 interface AssignmentRow {
@@ -52,8 +53,11 @@ export async function loadLabelTask(db: Queryable, taskId: TaskId, lock = true):
   return { ...emptyState(taskId), assignment: row ? toAssignment(row) : null, cancelled: row?.cancelled_at != null, labels: rows.map(toLabel) };
 }
 
-/** Loads a batch's tasks with one query per table, locking their assignment rows in task id order. */
-export async function loadLabelTasksForUpdate(tx: Queryable, taskIds: readonly TaskId[]): Promise<Map<string, LabelTaskState>> {
+/**
+ * Loads a batch's tasks with one query per table, locking their assignment rows in task id order.
+ * A batch carrying proposals also loads the pre-label policy of each proposal's project.
+ */
+export async function loadLabelTasksForUpdate(tx: Queryable, taskIds: readonly TaskId[], events: readonly ConsumedEvent[] = []): Promise<Map<string, LabelTaskState>> {
   const a = await tx.query<AssignmentRow & { task_id: string }>(
     'SELECT task_id, project_id, attempt, annotator_id, lease_expires_at, cancelled_at, version FROM assignments WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE',
     [taskIds],
@@ -64,6 +68,14 @@ export async function loadLabelTasksForUpdate(tx: Queryable, taskIds: readonly T
   for (const row of l.rows) {
     const state = states.get(row.task_id)!;
     states.set(row.task_id, { ...state, labels: [...state.labels, toLabel(row)] });
+  }
+  const proposals = events.filter((e) => e.type === PRELABEL_PROPOSED);
+  if (proposals.length > 0) {
+    const policies = await loadPolicies(tx, proposals.map((e) => e.projectId));
+    for (const e of proposals) {
+      const policy = policies.get(e.projectId);
+      if (policy) states.set(e.taskId, { ...states.get(e.taskId)!, prelabelPolicy: policy });
+    }
   }
   return states;
 }
@@ -97,6 +109,7 @@ export async function saveLabelTasks(tx: Queryable, changes: readonly { readonly
     );
     if (updated.rowCount !== updates.length) throw conflict(updates.length - (updated.rowCount ?? 0));
   }
+  await insertPrelabels(tx, changes.flatMap(({ before, after }) => after.newPrelabels.filter((p) => !before.newPrelabels.includes(p)).map((prelabel) => ({ taskId: after.taskId, prelabel }))));
   const labels = changes.flatMap(({ before, after }) => after.labels.filter((label) => !before.labels.includes(label)).map((label) => ({ taskId: after.taskId, label })));
   if (labels.length > 0) {
     await tx.query(

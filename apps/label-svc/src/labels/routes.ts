@@ -27,6 +27,9 @@ const statusFor: Record<LabelRejection['code'], number> = {
   LABEL_VOIDED: 409,
   LABEL_REJECTED: 409,
   NOTHING_TO_UNDO: 409,
+  PROJECT_MISMATCH: 409,
+  // A token subject of the machine form could otherwise be paid as a model is not (billing-svc).
+  MACHINE_ACTOR_RESERVED: 403,
 };
 
 const taskNotFound = (taskId: string) => ({ code: 'TASK_NOT_FOUND', message: `label-svc knows nothing of task ${taskId}` });

@@ -1,4 +1,5 @@
-import type { Annotation, AnnotatorId, BillingCompleted, BillingFailed, BillingRefunded, LabelSubmitted, ProjectId, QaPassed, QaRejected, QaTimedOut, TaskAssigned, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
+import { machineActorId } from '@labelflow/contracts';
+import type { Annotation, AnnotatorId, BillingCompleted, BillingFailed, BillingRefunded, LabelSubmitted, ModelRef, PrelabelAnnotation, PrelabelProposed, ProjectId, ProposalId, QaPassed, QaRejected, QaTimedOut, TaskAssigned, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
 
 export const LabelStatus = { submitted: 'submitted', accepted: 'accepted', rejected: 'rejected', voided: 'voided' } as const;
@@ -29,6 +30,28 @@ export interface Label {
   readonly voidReason: VoidReason | null;
 }
 
+/** A project's rule for machine pre-labels (PUT /projects/:projectId/prelabel-policy). */
+export interface PrelabelPolicy {
+  readonly projectId: ProjectId;
+  /** Submit a proposal's labels as the model (a machine annotator) when every confidence reaches `minConfidence`. */
+  readonly autoSubmit: boolean;
+  readonly minConfidence: number;
+  /** Only this model's proposals are submitted; any model's when null. */
+  readonly model: ModelRef | null;
+}
+
+/** A model's label proposal for one attempt of the task, as stored. */
+export interface Prelabel {
+  readonly proposalId: ProposalId;
+  readonly projectId: ProjectId;
+  readonly attempt: number;
+  readonly model: ModelRef;
+  readonly annotations: readonly PrelabelAnnotation[];
+  readonly proposedAt: string;
+  /** True when label-svc submitted it as the model's labels. */
+  readonly autoSubmitted: boolean;
+}
+
 export interface LabelTaskState {
   readonly taskId: TaskId;
   /**
@@ -40,15 +63,22 @@ export interface LabelTaskState {
   readonly cancelled: boolean;
   /** One label set per attempt, newest last. */
   readonly labels: readonly Label[];
+  /**
+   * Proposals folded since the state was loaded (written by the save). Stored ones are never needed
+   * to decide: the inbox makes each (attempt, model) arrive once, and the routes read them.
+   */
+  readonly newPrelabels: readonly Prelabel[];
+  /** The task's project's pre-label policy, loaded with a batch that carries proposals (null otherwise or when unset). */
+  readonly prelabelPolicy: PrelabelPolicy | null;
 }
 
 /** Events from other services that label-svc observes and folds into its state. */
 export type LabelObservedEvent = EventDraft<
   TaskAssigned | TaskReopened | TaskCancelled | QaPassed | QaRejected | QaTimedOut | BillingFailed | BillingCompleted | BillingRefunded
 >;
-export type LabelStateEvent = LabelObservedEvent | EventDraft<LabelSubmitted>;
+export type LabelStateEvent = LabelObservedEvent | EventDraft<LabelSubmitted> | PrelabelProposed;
 
-export const emptyState = (taskId: TaskId): LabelTaskState => ({ taskId, assignment: null, cancelled: false, labels: [] });
+export const emptyState = (taskId: TaskId): LabelTaskState => ({ taskId, assignment: null, cancelled: false, labels: [], newPrelabels: [], prelabelPolicy: null });
 
 export const labelOf = (state: LabelTaskState, attempt: number): Label | undefined => state.labels.find((l) => l.attempt === attempt);
 
@@ -107,8 +137,15 @@ export function evolve(state: LabelTaskState, event: LabelStateEvent): LabelTask
       if (labelOf(state, event.attempt)) return state;
       return {
         ...state,
+        newPrelabels: state.newPrelabels.map((p) => (p.attempt === event.attempt && machineActorId(p.model) === event.payload.annotatorId ? { ...p, autoSubmitted: true } : p)),
         labels: [...state.labels, { attempt: event.attempt, annotatorId: event.payload.annotatorId, annotations: event.payload.annotations, status: LabelStatus.submitted, voidReason: null }],
       };
+    case 'PrelabelProposed': {
+      // A proposal (when decide accepted it) is kept whether or not it was submitted; the
+      // LabelSubmitted decided alongside marks it as the attempt's labels.
+      const prelabel: Prelabel = { proposalId: event.id, projectId: event.projectId, attempt: event.attempt, model: event.model, annotations: event.annotations, proposedAt: event.occurredAt, autoSubmitted: false };
+      return { ...state, newPrelabels: [...state.newPrelabels, prelabel] };
+    }
     case 'QaPassed':
       return updateLabels(state, onAttempt(event.attempt, (l) => (l.status === LabelStatus.voided ? l : toStatus(l, LabelStatus.accepted))));
     case 'QaRejected':

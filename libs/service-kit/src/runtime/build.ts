@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { TopicKey } from '@labelflow/contracts';
+import type { InputTopicKey, TopicKey } from '@labelflow/contracts';
 import type { DedupGate } from '@labelflow/dedup';
 import type { ConsumerLoop } from '@labelflow/messaging';
 import type { OutboxRelay } from '@labelflow/outbox';
@@ -33,8 +33,10 @@ export interface BuiltService<C extends BaseConfig = BaseConfig> {
   /** Not started. */
   readonly consumer: ConsumerLoop;
   readonly gate: DedupGate;
-  /** Keys of the topics the consumer subscribes to; none for a service that consumes nothing. */
+  /** Keys of the event topics the consumer subscribes to; none for a service that consumes nothing. */
   readonly consumedTopics: readonly TopicKey[];
+  /** Keys of the input topics (produced outside labelflow) the consumer subscribes to. */
+  readonly consumedInputTopics: readonly InputTopicKey[];
   /** Every capability's deadlines, not started. */
   readonly sweepers: readonly Sweeper[];
 }
@@ -77,7 +79,7 @@ async function build<C extends BaseConfig>(definition: ServiceDefinition<C>, con
   const consumer = wireConsumer(w, ctx, gate, emitMany);
   const app = await wireHttp(w, ctx, consumer);
   const sweepers = definition.capabilities.flatMap((c) => c.sweepers?.(ctx) ?? []);
-  return { app, ctx, lifecycle, relay, consumer: consumer.consumer, gate, consumedTopics: consumer.topics, sweepers };
+  return { app, ctx, lifecycle, relay, consumer: consumer.consumer, gate, consumedTopics: consumer.topics, consumedInputTopics: consumer.inputTopics, sweepers };
 }
 
 /** The OTEL_* variables are configuration like any other: a bad one stops the start with CONFIG_INVALID. */

@@ -36,16 +36,17 @@ export async function startService<C extends BaseConfig>(definition: ServiceDefi
 }
 
 async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise<RunningService<C>> {
-  const { app, ctx, lifecycle, relay, consumer, consumedTopics } = built;
+  const { app, ctx, lifecycle, relay, consumer, consumedTopics, consumedInputTopics } = built;
+  const consumes = consumedTopics.length + consumedInputTopics.length > 0;
   const { config, logger, pool } = ctx;
   relay.start();
   schedule(lifecycle, 'inbox-prune', 3600_000, async () => {
     const pruned = await pruneInbox(pool, config.DEDUP_INBOX_RETENTION_MS);
     if (pruned > 0) logger.info({ pruned }, 'old inbox rows pruned');
   }, logger);
-  if (consumedTopics.length > 0) await consumer.start();
+  if (consumes) await consumer.start();
   // After the consumer: deadlines are judged only on events it has caught up with.
-  const caughtUpTo = consumedTopics.length > 0 ? () => consumer.caughtUpTo() : undefined;
+  const caughtUpTo = consumes ? () => consumer.caughtUpTo() : undefined;
   for (const sweeper of built.sweepers) {
     startSweeper(sweeper, { pool, emit: ctx.emit, logger, metrics: ctx.metrics, now: ctx.now, ...(caughtUpTo ? { caughtUpTo } : {}), everyMs: config.SWEEP_INTERVAL_MS }, lifecycle);
   }
@@ -53,7 +54,7 @@ async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise
   const metricsUrl = config.METRICS_PORT === undefined ? undefined : await listenForScrapers(built, config.METRICS_PORT);
   const url = await app.listen({ port: config.PORT, host: config.HOST });
   closeHttpFirst(lifecycle, app, ctx.signals);
-  logger.info({ url, ...(metricsUrl ? { metricsUrl } : {}), topics: consumedTopics }, `${ctx.name} listening`);
+  logger.info({ url, ...(metricsUrl ? { metricsUrl } : {}), topics: consumedTopics, ...(consumedInputTopics.length > 0 ? { inputTopics: consumedInputTopics } : {}) }, `${ctx.name} listening`);
   return { ...built, url, ...(metricsUrl ? { metricsUrl } : {}) };
 }
 

@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { TopicSchemas, topicName, type TopicKey } from '@labelflow/contracts';
+import { InputTopics, TopicSchemas, inputTopicName, topicName, type InputTopicKey, type TopicKey } from '@labelflow/contracts';
 import { createKafka, ensureTopics, type Kafka } from '@labelflow/messaging';
 import type { Logger } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
@@ -46,10 +46,12 @@ export interface KafkaResources {
   readonly deadLetterTopic: string;
 }
 
-/** The Kafka client, every event topic and this service's DLQ (created if missing), and an admin for readiness. */
+/** The Kafka client, every event and input topic and this service's DLQ (created if missing), and an admin for readiness. */
 export async function openKafka(name: RuntimeName, config: BaseConfig, logger: Logger, lifecycle: Lifecycle): Promise<KafkaResources> {
   const kafka = createKafka({ brokers: config.KAFKA_BROKERS, clientId: name, logger, ...kafkaSecurity(config) });
-  const allTopics = (Object.keys(TopicSchemas) as TopicKey[]).map((k) => topicName(config.KAFKA_TOPIC_PREFIX, k));
+  const eventTopics = (Object.keys(TopicSchemas) as TopicKey[]).map((k) => topicName(config.KAFKA_TOPIC_PREFIX, k));
+  // Input topics too: their outside producers may start first, and brokers do not auto-create topics.
+  const allTopics = [...eventTopics, ...(Object.keys(InputTopics) as InputTopicKey[]).map((k) => inputTopicName(config.KAFKA_TOPIC_PREFIX, k))];
   const dlq = deadLetterTopic(config.KAFKA_TOPIC_PREFIX, name);
   await ensureTopics(kafka, [...allTopics, dlq], config.KAFKA_TOPIC_PARTITIONS);
   const admin = kafka.admin();

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
-import { TopicSchemas, topicName, topicOf, type DomainEvent, type TopicKey } from '@labelflow/contracts';
+import type { z } from 'zod';
+import { consumedTopicName, consumedTopicSchema, inputTopicOf, InputTopics, isInputType, Topics, topicOf, type ConsumedEvent, type InputTopicKey, type TopicKey } from '@labelflow/contracts';
 import { createDedupGate, inboxReader, type DedupGate } from '@labelflow/dedup';
 import { createConsumerLoop, createPublisher, type ConsumerLoop } from '@labelflow/messaging';
 import { createOutboxRelay, type OutboxRelay } from '@labelflow/outbox';
@@ -90,8 +91,10 @@ export async function wireGate<C extends BaseConfig>(w: Wiring<C>): Promise<Dedu
 
 export interface WiredConsumer {
   readonly consumer: ConsumerLoop;
-  /** Keys of the topics it subscribes to (`task`, `label`, …): only those carrying an event some capability consumes. */
+  /** Keys of the event topics it subscribes to (`task`, `label`, …): only those carrying an event some capability consumes. */
   readonly topics: readonly TopicKey[];
+  /** Keys of the input topics it subscribes to (`prelabels`): those carrying a message some capability consumes. */
+  readonly inputTopics: readonly InputTopicKey[];
 }
 
 /** The consumer loop applying every capability's reactions through the exactly-once shell; `listen` starts it. */
@@ -99,11 +102,14 @@ export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceCon
   const { definition, config, logger, metrics, pool, lifecycle } = w;
   const consumers = definition.capabilities.flatMap((c) => (c.consumes ? [c.consumes] : []));
   const processor = createExactlyOnce({ pool, gate, consumers, ctx, emitMany, onApplied: (tx, taskIds) => ctx.signals.publish(tx, taskIds) });
-  const consumedTopics = [...new Set(consumers.flatMap((c) => c.types).map(topicOf))];
-  const consumer = createConsumerLoop<DomainEvent>({
+  const types = consumers.flatMap((c) => c.types);
+  const schemaOf = new Map(types.map((t) => [consumedTopicName(config.KAFKA_TOPIC_PREFIX, t), consumedTopicSchema(t)] as const));
+  const consumedTopics = (Object.keys(Topics) as TopicKey[]).filter((k) => types.some((t) => !isInputType(t) && topicOf(t) === k));
+  const inputTopics = (Object.keys(InputTopics) as InputTopicKey[]).filter((k) => types.some((t) => isInputType(t) && inputTopicOf(t) === k));
+  const consumer = createConsumerLoop<ConsumedEvent>({
     kafka: w.kafka.kafka,
     groupId: `${config.KAFKA_TOPIC_PREFIX}.${definition.name}`,
-    bindings: consumedTopics.map((k) => ({ topic: topicName(config.KAFKA_TOPIC_PREFIX, k), schema: TopicSchemas[k] })),
+    bindings: [...schemaOf].map(([topic, schema]) => ({ topic, schema: schema as z.ZodType<ConsumedEvent> })),
     deadLetterTopic: w.kafka.deadLetterTopic,
     logger,
     metrics,
@@ -113,5 +119,5 @@ export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceCon
     processor,
   });
   lifecycle.add({ name: 'consumer', close: () => consumer.close() });
-  return { consumer, topics: consumedTopics };
+  return { consumer, topics: consumedTopics, inputTopics };
 }

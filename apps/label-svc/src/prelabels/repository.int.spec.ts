@@ -1,0 +1,51 @@
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { buildPrelabelProposed, type ProjectId, type TaskId } from '@labelflow/contracts';
+import { migrate, withTransaction } from '@labelflow/service-kit';
+import { freshDatabase, freshSnowflake } from '@labelflow/testing';
+import { loadLabelTasksForUpdate, saveLabelTasks } from '../labels/repository';
+import { evolve } from '../labels/state';
+import { migrations } from '../migrations';
+import { listPrelabels, loadPolicy, savePolicy } from './repository';
+
+const infra = inject('infra');
+
+describe('label-svc pre-label repository', () => {
+  let pool: pg.Pool;
+  const projectId = randomUUID() as ProjectId;
+  const db = freshDatabase(infra.pgUrl, 'prelabelrepo', (p) => migrate(p, migrations));
+  beforeAll(async () => void (pool = await db.open()));
+  afterAll(() => db.close());
+
+  const proposal = (taskId: TaskId, attempt: number, version: string) =>
+    buildPrelabelProposed({ id: `p-${version}`, taskId, projectId, attempt, model: { name: 'cat-detector', version }, annotations: [{ label: 'cat', confidence: 0.8 }], occurredAt: '2030-01-01T00:00:00.000Z' });
+
+  it('keeps one policy per project, the last one set, and answers null for a project without one', async () => {
+    expect(await loadPolicy(pool, projectId)).toBeNull();
+    await savePolicy(pool, { projectId, autoSubmit: true, minConfidence: 0.7, model: null }, 'manager-1');
+    const second = await savePolicy(pool, { projectId, autoSubmit: false, minConfidence: 0.9, model: { name: 'cat-detector', version: '2' } as never }, 'owner-1');
+    expect(second).toMatchObject({ projectId, autoSubmit: false, minConfidence: 0.9, model: { name: 'cat-detector', version: '2' }, updatedBy: 'owner-1' });
+    expect(await loadPolicy(pool, projectId)).toEqual(second);
+  });
+
+  it("loads the project's policy with a batch carrying proposals, and stores the batch's proposals without an assignment row", async () => {
+    const taskId = freshSnowflake() as TaskId;
+    const events = [proposal(taskId, 1, '1'), proposal(taskId, 1, '2')];
+    await withTransaction(pool, async (tx) => {
+      const states = await loadLabelTasksForUpdate(tx, [taskId], events);
+      const before = states.get(taskId)!;
+      expect(before.prelabelPolicy?.projectId).toBe(projectId);
+      const after = events.reduce(evolve, before);
+      await saveLabelTasks(tx, [{ before, after }]);
+    });
+
+    expect((await listPrelabels(pool, taskId, 1)).map((p) => [p.model.version, p.proposalId, p.annotations, p.autoSubmitted])).toEqual([
+      ['1', 'p-1', [{ label: 'cat', confidence: 0.8 }], false],
+      ['2', 'p-2', [{ label: 'cat', confidence: 0.8 }], false],
+    ]);
+    expect(await listPrelabels(pool, taskId, 2)).toEqual([]);
+    const { rows } = await pool.query('SELECT 1 FROM assignments WHERE task_id = $1', [taskId]);
+    expect(rows).toEqual([]);
+  });
+});

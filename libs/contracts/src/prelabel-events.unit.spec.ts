@@ -1,0 +1,49 @@
+import { describe, expect, it } from 'vitest';
+import { buildPrelabelProposed, dedupTypeOf, InputTopicSchemas, isMachineActor, machineActorId, prelabelMessage, ActorName } from './index';
+
+const input = {
+  id: 'proposal-1',
+  taskId: '7000000000000000001',
+  projectId: '22222222-2222-4222-8222-222222222222',
+  attempt: 1,
+  model: { name: 'cat-detector', version: '2.1' },
+  annotations: [{ label: 'cat', confidence: 0.97 }],
+};
+
+describe('contracts: PrelabelProposed', () => {
+  it('builds a message keyed by task id with the event-type and event-version headers that the topic schema reads back', () => {
+    const message = prelabelMessage(buildPrelabelProposed(input));
+    expect(message.key).toBe(input.taskId);
+    expect(message.headers).toEqual({ 'event-type': 'PrelabelProposed', 'event-version': '1' });
+    expect(InputTopicSchemas.prelabels.parse(JSON.parse(message.value))).toMatchObject({ ...input, type: 'PrelabelProposed', version: 1 });
+  });
+
+  it('refuses a proposal without a confidence, with a confidence above 1, or with no annotations', () => {
+    expect(() => buildPrelabelProposed({ ...input, annotations: [{ label: 'cat' } as never] })).toThrow();
+    expect(() => buildPrelabelProposed({ ...input, annotations: [{ label: 'cat', confidence: 1.2 }] })).toThrow();
+    expect(() => buildPrelabelProposed({ ...input, annotations: [] })).toThrow();
+  });
+
+  it('refuses a newer version than it knows as unsupported rather than guessing', () => {
+    const parsed = InputTopicSchemas.prelabels.safeParse({ ...buildPrelabelProposed(input), version: 2 });
+    expect(parsed.success).toBe(false);
+  });
+
+  it('derives one dedup type per model name and version, so a model re-publishing is a duplicate and another version is not', () => {
+    const a = buildPrelabelProposed(input);
+    expect(dedupTypeOf(a)).toBe('PrelabelProposed:cat-detector@2.1');
+    expect(dedupTypeOf(buildPrelabelProposed({ ...input, id: 'other-id' }))).toBe(dedupTypeOf(a));
+    expect(dedupTypeOf(buildPrelabelProposed({ ...input, model: { name: 'cat-detector', version: '2.2' } }))).not.toBe(dedupTypeOf(a));
+  });
+
+  it('names the machine actor as an ActorName that isMachineActor recognises, even at the longest name and version', () => {
+    const longest = { name: 'n'.repeat(64), version: 'v'.repeat(57) } as Parameters<typeof machineActorId>[0];
+    for (const model of [buildPrelabelProposed(input).model, longest]) {
+      const id = machineActorId(model);
+      expect(ActorName.safeParse(id).success).toBe(true);
+      expect(isMachineActor(id)).toBe(true);
+    }
+    expect(isMachineActor('alice')).toBe(false);
+    expect(isMachineActor('model.x')).toBe(false);
+  });
+});
