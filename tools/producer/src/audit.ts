@@ -1,0 +1,34 @@
+// The invariant audit every produce run ends with, over the four services' databases.
+import pg from 'pg';
+import { runAudit, type AuditReport } from '@labelflow/auditor';
+
+export interface AuditTarget {
+  readonly pgUrl: string;
+  readonly dbSuffix: string;
+  readonly kafkaBrokers: readonly string[];
+  readonly prefix: string;
+  readonly env: Readonly<Record<string, string | undefined>>;
+}
+
+/** Audits until it holds or 60 s have passed: in-flight work settles within seconds; a real violation is still there after the wait. */
+export async function auditRun(t: AuditTarget): Promise<AuditReport> {
+  const services = ['task_svc', 'label_svc', 'qa_svc', 'billing_svc'];
+  // As the auditor's CLI: TASK_SVC_DATABASE_URL ... override each database.
+  const dbUrl = (db: string) => t.env[`${db.toUpperCase()}_DATABASE_URL`] ?? `${t.pgUrl}/${db}${t.dbSuffix}`;
+  const pools = services.map((db) => new pg.Pool({ connectionString: dbUrl(db), max: 2 }));
+  const [task, label, qa, billing] = pools as [pg.Pool, pg.Pool, pg.Pool, pg.Pool];
+  try {
+    let report: AuditReport | undefined;
+    for (const until = Date.now() + 60_000; ; await new Promise((r) => setTimeout(r, 1_000))) {
+      report = await runAudit({
+        sources: { task, label, qa, billing },
+        settleMs: 0,
+        kafkaBrokers: [...t.kafkaBrokers],
+        deadLetterTopics: ['task-svc', 'label-svc', 'qa-svc', 'billing-svc'].map((s) => `${t.prefix}.${s}.dlq`),
+      });
+      if (report.ok || Date.now() > until) return report;
+    }
+  } finally {
+    await Promise.all(pools.map((p) => p.end()));
+  }
+}
