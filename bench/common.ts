@@ -1,6 +1,7 @@
 // What every benchmark here shares: flag parsing, percentiles, the machine's CPU, and how a bench
 // ends (a missed target never fails the run; a bench that could not run at all does).
 import { readFileSync } from 'node:fs';
+import type { Consumer } from 'kafkajs';
 
 export function positiveInt(name: string, raw: string | undefined): number {
   const n = Number(raw);
@@ -55,4 +56,54 @@ export function runBench(name: string, main: () => Promise<number>): void {
       process.exit(1);
     },
   );
+}
+
+/** Machine-wide CPU (all cores, every process: Kafka, PostgreSQL and Redis share the box). */
+export interface Timed {
+  /** From the group join (first assignment) to the last message accounted for. */
+  readonly ms: number;
+  /** From calling start/connect to the group join (connect, join, sync), not in `ms`. */
+  readonly joinMs: number;
+  /** This process's CPU (user+system) over `ms`, µs. */
+  readonly nodeCpuUs: number;
+  /** Share of all cores busy over `ms`, 0..1 (every process on the machine). */
+  readonly machineBusy: number;
+  readonly windowUs: readonly [number, number];
+}
+
+/** A monotonic clock in µs, to line a consumer's window up with other processes' samples. */
+export const monoUs = (): number => Number(process.hrtime.bigint() / 1000n);
+
+/**
+ * Runs `start`, takes t0 when the consumer joins its group, and resolves once `done()` says so
+ * (polled every 5 ms) or throws after `timeoutMs`.
+ */
+export async function timeConsumer(timeoutMs: number, consumer: Consumer, start: () => Promise<void>, done: () => Promise<boolean>, what: string, endedAt?: () => number | undefined): Promise<Timed> {
+  const called = performance.now();
+  let joined: { at: number; cpu: NodeJS.CpuUsage; machine: ReturnType<typeof machineCpu>; mono: number } | undefined;
+  const off = consumer.on(consumer.events.GROUP_JOIN, () => {
+    joined ??= { at: performance.now(), cpu: process.cpuUsage(), machine: machineCpu(), mono: monoUs() };
+  });
+  try {
+    await start();
+    const deadline = Date.now() + timeoutMs;
+    while (!(await done())) {
+      if (Date.now() > deadline) throw new Error(`${what}: not every message was accounted for within ${timeoutMs / 1000} s`);
+      await sleep(5);
+    }
+  } finally {
+    off();
+  }
+  // The raw consumer notes the exact moment it saw the last message; the pipeline is polled.
+  const end = endedAt?.() ?? performance.now();
+  if (!joined) throw new Error(`${what}: finished without a group join event`);
+  const cpu = process.cpuUsage(joined.cpu);
+  const m = machineCpu();
+  return {
+    ms: end - joined.at,
+    joinMs: joined.at - called,
+    nodeCpuUs: cpu.user + cpu.system,
+    machineBusy: (m.busy - joined.machine.busy) / Math.max(1, m.total - joined.machine.total),
+    windowUs: [joined.mono, monoUs()],
+  };
 }

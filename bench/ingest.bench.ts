@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
-import { Kafka, logLevel, Partitioners, type Admin, type Consumer } from 'kafkajs';
+import { Kafka, logLevel, Partitioners, type Admin } from 'kafkajs';
 import pg from 'pg';
 import { buildPrelabelProposed, inputTopicName, prelabelMessage } from '@labelflow/contracts';
 import { composeSnowflake } from '@labelflow/idgen';
@@ -33,7 +33,7 @@ import { labelService } from '../apps/label-svc/src/service';
 import { migrations as taskMigrations } from '../apps/task-svc/src/migrations';
 import { importFileChunks, importLines, planImportFile, type ImportFileOptions } from '../tools/producer/src/ndjson';
 import { checkImportSummary, uploadImport, UploadKind, type ImportSummary } from '../tools/producer/src/upload';
-import { fmtRate, machineCpu, median, percentile, positiveInt, redactUrl, runBench, sleep } from './common';
+import { fmtRate, median, percentile, positiveInt, redactUrl, runBench, timeConsumer, type Timed } from './common';
 import { runCeiling, type CeilingRun } from './ingest/ceiling';
 import { sampleRss, type RssSeries } from './ingest/rss';
 import { prepareStrategies, runStrategy, seedFigures, Strategy, strategyLabels, strategyWorkload, type StrategyRun } from './ingest/strategies';
@@ -187,36 +187,6 @@ async function startTaskSvc(env: Env): Promise<ServiceProcess> {
 
 // ---------------------------------------------------------------- pre-labels: label-svc vs raw consumer
 
-interface ConsumerTimed {
-  readonly ms: number;
-  readonly joinMs: number;
-  readonly nodeCpuUs: number;
-  readonly machineBusy: number;
-}
-
-/** From the group join to `done()`, as bench:pipeline times its consumers. */
-async function timeConsumer(consumer: Consumer, start: () => Promise<void>, done: () => Promise<boolean>, what: string, endedAt?: () => number | undefined): Promise<ConsumerTimed> {
-  const called = performance.now();
-  let joined: { at: number; cpu: NodeJS.CpuUsage; machine: ReturnType<typeof machineCpu> } | undefined;
-  const off = consumer.on(consumer.events.GROUP_JOIN, () => {
-    joined ??= { at: performance.now(), cpu: process.cpuUsage(), machine: machineCpu() };
-  });
-  try {
-    await start();
-    const deadline = Date.now() + TIMEOUT_MS;
-    while (!(await done())) {
-      if (Date.now() > deadline) throw new Error(`${what}: not every message was accounted for within ${TIMEOUT_MS / 1000} s`);
-      await sleep(5);
-    }
-  } finally {
-    off();
-  }
-  const end = endedAt?.() ?? performance.now();
-  if (!joined) throw new Error(`${what}: finished without a group join event`);
-  const cpu = process.cpuUsage(joined.cpu);
-  const m = machineCpu();
-  return { ms: end - joined.at, joinMs: joined.at - called, nodeCpuUs: cpu.user + cpu.system, machineBusy: (m.busy - joined.machine.busy) / Math.max(1, m.total - joined.machine.total) };
-}
 
 interface PrelabelWork {
   readonly prefix: string;
@@ -273,14 +243,14 @@ async function producePrelabels(env: Env, prefix: string, m: PrelabelMessages): 
   return { prefix, topic, total: m.messages.length, distinct: m.distinct, duplicates: m.messages.length - m.distinct };
 }
 
-async function runRawConsumer(env: Env, work: PrelabelWork, tag: string): Promise<ConsumerTimed> {
+async function runRawConsumer(env: Env, work: PrelabelWork, tag: string): Promise<Timed> {
   const groupId = `${work.prefix}.raw-${tag}`;
   env.createdGroups.push(groupId);
   const consumer = env.kafka.consumer({ groupId, sessionTimeout: 30_000, heartbeatInterval: 3_000, allowAutoTopicCreation: false });
   let seen = 0;
   let last: number | undefined;
   try {
-    return await timeConsumer(
+    return await timeConsumer(TIMEOUT_MS, 
       consumer,
       async () => {
         await consumer.connect();
@@ -310,7 +280,7 @@ async function runRawConsumer(env: Env, work: PrelabelWork, tag: string): Promis
 }
 
 interface LabelSvcRun {
-  readonly timed: ConsumerTimed;
+  readonly timed: Timed;
   readonly outcomes: Record<string, number>;
   readonly problems: readonly string[];
 }
@@ -344,7 +314,7 @@ async function runLabelSvc(env: Env, work: PrelabelWork, tag: string): Promise<L
       }
       return { total, out };
     };
-    const timed = await timeConsumer(built.consumer.consumer, () => built.consumer.start(), async () => (await consumed()).total >= work.total, `label-svc ${tag}`);
+    const timed = await timeConsumer(TIMEOUT_MS, built.consumer.consumer, () => built.consumer.start(), async () => (await consumed()).total >= work.total, `label-svc ${tag}`);
     await built.consumer.close();
     const outcomes = (await consumed()).out;
     const problems: string[] = [];
@@ -398,7 +368,7 @@ async function main(): Promise<number> {
   let task: ServiceProcess | undefined;
   const importRounds: { endpoint: EndpointRun; ceiling: CeilingRun; ratio: number }[] = [];
   let rss: { series: RssSeries; summary: ImportSummary; ms: number } | undefined;
-  const prelabelRounds: { raw: ConsumerTimed; label: LabelSvcRun; ratio: number; work: PrelabelWork }[] = [];
+  const prelabelRounds: { raw: Timed; label: LabelSvcRun; ratio: number; work: PrelabelWork }[] = [];
   const strategyRuns: StrategyRun[] = [];
 
   try {

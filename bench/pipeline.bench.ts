@@ -23,7 +23,7 @@ import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { Partitioners, type Admin, type Consumer, type Kafka } from 'kafkajs';
+import { Partitioners, type Admin, type Kafka } from 'kafkajs';
 import { LabelSubmitted, TopicSchemas, topicName, type DomainEvent } from '@labelflow/contracts';
 import { createDedupGate, inboxReader } from '@labelflow/dedup';
 import { composeSnowflake } from '@labelflow/idgen';
@@ -43,10 +43,12 @@ import {
   type ServiceContext,
 } from '@labelflow/service-kit';
 import { createLogger, createMetrics, installTracePropagation, type Logger, type Metrics } from '@labelflow/telemetry';
+import { seededRandom } from '@labelflow/producer';
+import { authEnv } from '@labelflow/testing';
 import { QaSvcConfig } from '../apps/qa-svc/src/config';
 import { migrations as qaMigrations } from '../apps/qa-svc/src/migrations';
 import { reviewConsumer } from '../apps/qa-svc/src/reviews/reactions';
-import { fmtRate, machineCpu, median, positiveInt, redactUrl, runBench, sleep } from './common';
+import { fmtRate, machineCpu, median, positiveInt, redactUrl, runBench, sleep, monoUs, timeConsumer, type Timed } from './common';
 
 const { values: args } = parseArgs({
   options: {
@@ -103,17 +105,6 @@ const progress = (line: string) => process.stderr.write(`${line}\n`);
 
 // ---------------------------------------------------------------- workload
 
-/** mulberry32: a small seeded PRNG, so a run's duplicate pattern can be reproduced. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Workload {
   /** The messages in the order they go on the topic (duplicates are the same objects again). */
@@ -131,7 +122,7 @@ interface Workload {
  * stamps (trace context, event-type, event-version).
  */
 function makeWorkload(total: number, rate: number, seed: number, timestampMs: number, taskWorker: number): Workload {
-  const random = rng(seed);
+  const random = seededRandom(seed);
   const duplicates = Math.round(total * rate);
   const distinct = total - duplicates;
   const projectIds = Array.from({ length: 8 }, () => randomUUID());
@@ -201,54 +192,7 @@ async function produce(kafka: Kafka, topic: string, workload: Workload): Promise
 
 const fmtX = (n: number | null | undefined) => (n === null || n === undefined || !Number.isFinite(n) ? 'n/a' : `${n.toFixed(2)}x`);
 /** CLOCK_MONOTONIC in µs: the clock of V8's .cpuprofile timestamps, so profiles can be cut to a window. */
-const monoUs = () => Number(process.hrtime.bigint() / 1000n);
 
-/** Machine-wide CPU (all cores, every process: Kafka, PostgreSQL and Redis share the box). */
-interface Timed {
-  /** From the group join (first assignment) to the last message accounted for. */
-  readonly ms: number;
-  /** From calling start/connect to the group join (connect, join, sync), not in `ms`. */
-  readonly joinMs: number;
-  /** This process's CPU (user+system) over `ms`, µs. */
-  readonly nodeCpuUs: number;
-  /** Share of all cores busy over `ms`, 0..1 (every process on the machine). */
-  readonly machineBusy: number;
-  readonly windowUs: readonly [number, number];
-}
-
-/**
- * Runs `start`, takes t0 when the consumer joins its group, and resolves once `done()` says so
- * (polled every POLL_MS) or throws after TIMEOUT_MS.
- */
-async function timeConsumer(consumer: Consumer, start: () => Promise<void>, done: () => Promise<boolean>, what: string, endedAt?: () => number | undefined): Promise<Timed> {
-  const called = performance.now();
-  let joined: { at: number; cpu: NodeJS.CpuUsage; machine: ReturnType<typeof machineCpu>; mono: number } | undefined;
-  const off = consumer.on(consumer.events.GROUP_JOIN, () => {
-    joined ??= { at: performance.now(), cpu: process.cpuUsage(), machine: machineCpu(), mono: monoUs() };
-  });
-  try {
-    await start();
-    const deadline = Date.now() + TIMEOUT_MS;
-    while (!(await done())) {
-      if (Date.now() > deadline) throw new Error(`${what}: not every message was accounted for within ${TIMEOUT_MS / 1000} s`);
-      await sleep(POLL_MS);
-    }
-  } finally {
-    off();
-  }
-  // The raw consumer notes the exact moment it saw the last message; the pipeline is polled.
-  const end = endedAt?.() ?? performance.now();
-  if (!joined) throw new Error(`${what}: finished without a group join event`);
-  const cpu = process.cpuUsage(joined.cpu);
-  const m = machineCpu();
-  return {
-    ms: end - joined.at,
-    joinMs: joined.at - called,
-    nodeCpuUs: cpu.user + cpu.system,
-    machineBusy: (m.busy - joined.machine.busy) / Math.max(1, m.total - joined.machine.total),
-    windowUs: [joined.mono, monoUs()],
-  };
-}
 
 // ---------------------------------------------------------------- contenders
 
@@ -270,7 +214,7 @@ async function runRaw(env: Env, topic: string, total: number, tag: string): Prom
   let seen = 0;
   let last: number | undefined;
   try {
-    return await timeConsumer(
+    return await timeConsumer(TIMEOUT_MS, 
       consumer,
       async () => {
         await consumer.connect();
@@ -361,6 +305,8 @@ async function runPipeline(env: Env, prefix: string, workload: Workload, tag: st
     KAFKA_TOPIC_PARTITIONS: String(P),
     LOG_LEVEL,
     DEDUP_REDIS_TTL_MS: String(KEY_TTL_MS),
+    // The service's HTTP side needs its token settings to start, though this bench only consumes.
+    ...(await authEnv()),
   });
   const { logger, kafka, redis } = env;
   const closers: [string, () => Promise<unknown> | unknown][] = [];
@@ -426,7 +372,7 @@ async function runPipeline(env: Env, prefix: string, workload: Workload, tag: st
     closers.push(['consumer loop', closeLoop]);
     const total = workload.messages.length;
     const consumed = () => counterSum(metrics, 'consumer_messages_total', 'Consumed messages by outcome', ['topic', 'type', 'outcome'], 'outcome');
-    const timed = await timeConsumer(loop.consumer, () => loop.start(), async () => (await consumed()).total >= total, `pipeline ${tag}`);
+    const timed = await timeConsumer(TIMEOUT_MS, loop.consumer, () => loop.start(), async () => (await consumed()).total >= total, `pipeline ${tag}`);
     await step('close consumer loop', closeLoop);
 
     const outcomes = (await consumed()).by;

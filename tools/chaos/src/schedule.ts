@@ -1,4 +1,5 @@
 import type { ServiceName } from '@labelflow/contracts';
+import { seededRandom } from '@labelflow/producer';
 
 export const serviceOrder: readonly ServiceName[] = ['task-svc', 'label-svc', 'qa-svc', 'billing-svc'];
 
@@ -48,17 +49,6 @@ export interface ScheduleInput {
   readonly window: readonly [number, number];
 }
 
-/** mulberry32: a small seeded generator, so that a schedule can be replayed exactly. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
 
 /**
  * The fault schedule: every fault of the run in a seeded order, each at a number of finished tasks
