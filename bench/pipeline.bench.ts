@@ -320,7 +320,7 @@ async function runPipeline(env: Env, prefix: string, workload: Workload, tag: st
     await step('migrate', () => migrate(pool, qaMigrations));
     const ids = await step('id source', () => createIdSource({ pool, service: SERVICE, logger }));
     closers.push(['id source', () => ids.close()]);
-    const emitter = createEmitter({ producer: SERVICE, topicPrefix: prefix, channel: CHANNEL, now: () => new Date(), newId: () => ids.next() });
+    const emitter = createEmitter({ producer: SERVICE, topicPrefix: prefix, channel: CHANNEL, now: () => new Date(), newId: () => ids.tryNext() ?? ids.next() });
     const signals = createTaskSignals({ pool, channel: SIGNAL_CHANNEL, logger: logger.child({ component: 'signals' }) });
     await step('signals', () => signals.start());
     closers.push(['signals', () => signals.close()]);

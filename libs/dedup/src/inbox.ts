@@ -1,4 +1,4 @@
-import type { Queryable } from '@labelflow/plumbing';
+import { pgArray, type Queryable } from '@labelflow/plumbing';
 import { formatKey, type DedupKey } from './key';
 
 /** The authoritative dedup record, for a service's migrations. */
@@ -48,7 +48,7 @@ export async function recordManyInInbox(tx: Queryable, entries: readonly InboxEn
      SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[]) ORDER BY 1, 2, 3
      ON CONFLICT (task_id, event_type, attempt) DO NOTHING
      RETURNING task_id, event_type, attempt`,
-    [entries.map((e) => e.taskId), entries.map((e) => e.eventType), entries.map((e) => e.attempt), entries.map((e) => e.eventId), entries.map((e) => e.source)],
+    [pgArray(entries.map((e) => e.taskId)), pgArray(entries.map((e) => e.eventType)), pgArray(entries.map((e) => e.attempt)), pgArray(entries.map((e) => e.eventId)), pgArray(entries.map((e) => e.source))],
   );
   return new Set(rows.map((r) => formatKey({ taskId: r.task_id, eventType: r.event_type, attempt: r.attempt })));
 }

@@ -91,6 +91,8 @@ export interface Snowflake {
   readonly workerId: number;
   /** The next id: strictly greater than every id this generator returned before. */
   next(): Promise<SnowflakeId>;
+  /** The next id if one can be issued right now, without waiting; undefined where `next` would wait or throw. */
+  tryNext(): SnowflakeId | undefined;
   /** The millisecond (since the Unix epoch) of the last id issued, or the `issuedUpToMs` it started from; 0 if neither. */
   lastIssuedMs(): number;
 }
@@ -114,8 +116,26 @@ export function createSnowflake(options: SnowflakeOptions): Snowflake {
   // The inherited millisecond may be full: its sequence numbers were the previous holder's.
   let sequence = inherited >= 0 ? MAX_SEQUENCE : 0;
 
+  // The decision itself, synchronous: an id, or undefined when only waiting (a full millisecond, a
+  // small rollback) or an error can answer, which is next()'s to do.
+  const tryNext = (): SnowflakeId | undefined => {
+    if (isValid && !isValid()) return undefined;
+    const now = Math.floor(clock()) - SNOWFLAKE_EPOCH_MS;
+    if (!(now >= 0 && now <= MAX_TIMESTAMP_OFFSET_MS) || now < lastMs) return undefined;
+    if (now === lastMs) {
+      if (sequence >= MAX_SEQUENCE) return undefined;
+      sequence += 1;
+    } else {
+      lastMs = now;
+      sequence = now === 0 && workerId === 0 ? 1 : 0; // id 0 is not a valid id
+    }
+    return ((BigInt(now) << TIMESTAMP_SHIFT) | workerBits | BigInt(sequence)).toString() as SnowflakeId;
+  };
+
   const next = async (): Promise<SnowflakeId> => {
     for (;;) {
+      const id = tryNext();
+      if (id !== undefined) return id;
       if (isValid && !isValid()) {
         throw new IdgenError(IdgenErrors.LEASE_LOST, `worker id ${workerId} is no longer leased to this process; refusing to issue ids`);
       }
@@ -135,18 +155,8 @@ export function createSnowflake(options: SnowflakeOptions): Snowflake {
         await sleep(back);
         continue; // re-read: never reuse a timestamp + sequence already issued
       }
-      if (now === lastMs) {
-        if (sequence >= MAX_SEQUENCE) {
-          await sleep(1); // this millisecond is full
-          continue;
-        }
-        sequence += 1;
-      } else {
-        lastMs = now;
-        sequence = now === 0 && workerId === 0 ? 1 : 0; // id 0 is not a valid id
-      }
-      return ((BigInt(now) << TIMESTAMP_SHIFT) | workerBits | BigInt(sequence)).toString() as SnowflakeId;
+      await sleep(1); // this millisecond is full
     }
   };
-  return { workerId, next, lastIssuedMs: () => (lastMs >= 0 ? lastMs + SNOWFLAKE_EPOCH_MS : 0) };
+  return { workerId, next, tryNext, lastIssuedMs: () => (lastMs >= 0 ? lastMs + SNOWFLAKE_EPOCH_MS : 0) };
 }

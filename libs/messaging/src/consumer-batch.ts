@@ -77,17 +77,33 @@ export interface OutcomeDeps {
 export function recordOutcomes<E extends { readonly type: string }>({ metrics, log }: OutcomeDeps, deliveries: readonly Delivery<E>[], outcomes: readonly DeliveryOutcome[], started: bigint): void {
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   const tracing = tracingEnabled();
+  // Counted per label set once per run, not once per delivery: a metric's labels are hashed on every call.
+  const tally = new Map<string, { topic: string; type: string; outcome: DeliveryOutcome; n: number }>();
   deliveries.forEach((delivery, i) => {
     const { event, meta } = delivery;
     const outcome = outcomes[i] ?? { status: 'applied' };
     if (tracing) deliverySpans.get(delivery)?.annotate({}, { 'labelflow.outcome': outcome.status, ...(outcome.status === 'ignored' ? { 'labelflow.refusal': outcome.code } : {}) });
-    metrics.processed?.inc({ topic: meta.topic, type: event.type, outcome: outcome.status });
-    metrics.latency?.observe({ topic: meta.topic, type: event.type }, seconds);
-    if (outcome.status === 'duplicate') metrics.duplicates?.inc({ tier: outcome.tier });
-    if (outcome.status !== 'ignored') return;
-    metrics.ignored?.inc({ topic: meta.topic, type: event.type, code: outcome.code });
-    log.debug({ source: meta.source, type: event.type, code: outcome.code, reason: outcome.reason }, 'event ignored');
+    const key = `${meta.topic}\0${event.type}\0${outcome.status}\0${outcome.status === 'duplicate' ? outcome.tier : outcome.status === 'ignored' ? outcome.code : ''}`;
+    const entry = tally.get(key);
+    if (entry) entry.n++;
+    else tally.set(key, { topic: meta.topic, type: event.type, outcome, n: 1 });
+    if (outcome.status === 'ignored') log.debug({ source: meta.source, type: event.type, code: outcome.code, reason: outcome.reason }, 'event ignored');
   });
+  const latencies = new Map<string, { topic: string; type: string; n: number }>();
+  for (const { topic, type, outcome, n } of tally.values()) {
+    metrics.processed?.inc({ topic, type, outcome: outcome.status }, n);
+    if (outcome.status === 'duplicate') metrics.duplicates?.inc({ tier: outcome.tier }, n);
+    if (outcome.status === 'ignored') metrics.ignored?.inc({ topic, type, code: outcome.code }, n);
+    const lkey = `${topic}\0${type}`;
+    const l = latencies.get(lkey);
+    if (l) l.n += n;
+    else latencies.set(lkey, { topic, type, n });
+  }
+  // Every delivery of a run took the run's time: one child per label set, observed once per delivery.
+  for (const { topic, type, n } of latencies.values()) {
+    const child = metrics.latency?.labels({ topic, type });
+    for (let i = 0; i < n; i++) child?.observe(seconds);
+  }
 }
 
 export interface BatchHandlerDeps<E> {

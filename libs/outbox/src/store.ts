@@ -16,26 +16,20 @@ export interface OutboxMessage {
  */
 export async function enqueue(tx: Queryable, channel: string, messages: readonly OutboxMessage[]): Promise<void> {
   if (messages.length === 0) return;
-  // One round trip with a fixed number of parameters, whatever the batch: the rows travel as
-  // arrays (a row per parameter would hit PostgreSQL's 65,535-parameter limit on a large batch)
-  // and the wake-up rides in the same statement (a CTE that writes always runs). Rows keep their
-  // order, so ids follow it.
+  // One round trip with one parameter, whatever the batch: the rows travel as one JSON array (a
+  // row per parameter would hit PostgreSQL's 65,535-parameter limit on a large batch, and text
+  // arrays of JSON would need every quote in every payload escaped), serialized by one native
+  // JSON.stringify. The wake-up rides in the same statement (a CTE that writes always runs). Rows
+  // keep their order, so ids follow it.
+  const rows = messages.map((m) => ({ e: m.eventId, t: m.topic, k: m.key, y: m.eventType, p: m.payload, h: m.headers ?? {} }));
   await tx.query(
     `WITH appended AS (
        INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers)
-       SELECT event_id, topic, message_key, event_type, payload, headers
-       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[]) WITH ORDINALITY AS m(event_id, topic, message_key, event_type, payload, headers, n)
-       ORDER BY n
+       SELECT m.e, m.t, m.k, m.y, m.p, m.h
+       FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (e text, t text, k text, y text, p jsonb, h jsonb)) WITH ORDINALITY AS m(e, t, k, y, p, h, n)
+       ORDER BY m.n
        RETURNING 1)
-     SELECT pg_notify($7, '')`,
-    [
-      messages.map((m) => m.eventId),
-      messages.map((m) => m.topic),
-      messages.map((m) => m.key),
-      messages.map((m) => m.eventType),
-      messages.map((m) => JSON.stringify(m.payload)),
-      messages.map((m) => JSON.stringify(m.headers ?? {})),
-      channel,
-    ],
+     SELECT pg_notify($2, '')`,
+    [JSON.stringify(rows), channel],
   );
 }

@@ -1,5 +1,6 @@
 export { PlumbingError, PlumbingErrors, type PlumbingErrorCode } from './errors';
 export * from './queryable';
+export * from './pg-array';
 export * from './transient';
 export * from './transaction';
 export * from './breaker';

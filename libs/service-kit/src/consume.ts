@@ -1,7 +1,7 @@
 import { dedupTypeOf, type ConsumedEvent, type ConsumedOf, type ConsumedType, type DomainEvent, type TaskId } from '@labelflow/contracts';
 import { formatKey, recordManyInInbox, type DedupGate, type DedupKey } from '@labelflow/dedup';
 import type { BatchProcessor, Delivery, DeliveryOutcome } from '@labelflow/messaging';
-import { currentTraceHeaders, withSpan } from '@labelflow/telemetry';
+import { continuedTraceHeaders, currentTraceHeaders, tracingEnabled, withSpan, type TraceHeaders } from '@labelflow/telemetry';
 import { withTransaction, type Pool, type PoolClient, type Queryable } from './db';
 import type { Executed, Rejection } from './decider';
 import type { DraftGroup, EmitMany, EventDraft } from './events';
@@ -11,9 +11,10 @@ import type { DraftGroup, EmitMany, EventDraft } from './events';
  * batch opens, changed event by event in memory, written together at the end.
  */
 export interface StateBatch<S> {
-  get(taskId: TaskId): Promise<S>;
+  /** Synchronous when the batch preloaded its states: the hot path then awaits nothing per event. */
+  get(taskId: TaskId): S | Promise<S>;
   /** The state after one event; `previous` is what `get` returned before it. */
-  set(taskId: TaskId, previous: S, next: S): Promise<void>;
+  set(taskId: TaskId, previous: S, next: S): void | Promise<void>;
   /** Writes everything that changed, with as few statements as the store can. */
   save(): Promise<void>;
 }
@@ -24,8 +25,14 @@ export interface BatchStore<S, E extends ConsumedEvent = DomainEvent> {
   open(tx: PoolClient, events: readonly E[]): Promise<StateBatch<S>>;
 }
 
-/** A consumed event's reaction: pure, given the task's state (time and config come through `ctx`). */
-export type EventHandler<T extends ConsumedType, S, X> = (event: ConsumedOf<T>, state: S, ctx: X) => Executed<S, EventDraft, Rejection>;
+/** What a handler may know of the delivery that brought its event, besides the event itself. */
+export interface DeliveryFacts {
+  /** The trace headers the event travelled with, continued as its outgoing events will carry them. */
+  readonly trace: () => TraceHeaders;
+}
+
+/** A consumed event's reaction: pure, given the task's state (time and config come through `ctx`, the delivery's trace through `delivery`). */
+export type EventHandler<T extends ConsumedType, S, X> = (event: ConsumedOf<T>, state: S, ctx: X, delivery: DeliveryFacts) => Executed<S, EventDraft, Rejection>;
 export type EventHandlers<S, X> = { readonly [T in ConsumedType]?: EventHandler<T, S, X> };
 
 /** What one event came to inside its batch. */
@@ -34,7 +41,7 @@ export type Applied = { readonly ok: true; readonly events: readonly EventDraft[
 /** A capability's consumer with its state type hidden, so a service can hold several. */
 export interface EventConsumer<X> {
   readonly types: readonly ConsumedType[];
-  open(tx: PoolClient, events: readonly ConsumedEvent[], ctx: X): Promise<{ apply(event: ConsumedEvent): Promise<Applied>; save(): Promise<void> }>;
+  open(tx: PoolClient, events: readonly ConsumedEvent[], ctx: X): Promise<{ apply(event: ConsumedEvent, delivery: DeliveryFacts): Applied | Promise<Applied>; save(): Promise<void> }>;
   /**
    * Told, after the run, of its deliveries dropped as duplicates (an observer counts them per task).
    * Outside the transaction and best effort: it must not throw, or the run would be retried.
@@ -52,15 +59,20 @@ export function eventConsumer<S, X, E extends ConsumedEvent = DomainEvent>(store
     async open(tx, events, ctx) {
       // The shell opens a consumer only with events of its handlers' types, which its store reads.
       const states = await store.open(tx, events as readonly E[]);
+      const step = (event: ConsumedEvent, delivery: DeliveryFacts, handler: EventHandler<ConsumedType, S, X>, state: S): Applied | Promise<Applied> => {
+        const result = handler(event as never, state, ctx, delivery);
+        if (!result.ok) return result;
+        const applied: Applied = { ok: true, events: result.events };
+        if (result.state === state) return applied;
+        const saved = states.set(event.taskId, state, result.state);
+        return saved instanceof Promise ? saved.then(() => applied) : applied;
+      };
       return {
-        async apply(event) {
+        apply(event, delivery) {
           const handler = on[event.type] as EventHandler<ConsumedType, S, X> | undefined;
           if (!handler) return { ok: false, reason: { code: 'NOT_HANDLED', message: `no handler for ${event.type}` } };
-          const state = await states.get(event.taskId);
-          const result = handler(event as never, state, ctx);
-          if (!result.ok) return result;
-          if (result.state !== state) await states.set(event.taskId, state, result.state);
-          return { ok: true, events: result.events };
+          const state = states.get(event.taskId);
+          return state instanceof Promise ? state.then((loaded) => step(event, delivery, handler, loaded)) : step(event, delivery, handler, state);
         },
         save: () => states.save(),
       };
@@ -84,12 +96,12 @@ export function preloadedStore<S, E extends ConsumedEvent = DomainEvent>(deps: {
       const loaded = await deps.loadMany(tx, sortedTaskIds(events), events);
       const current = new Map(loaded);
       return {
-        async get(taskId) {
+        get(taskId) {
           const state = current.get(taskId);
           if (state === undefined) throw new Error(`task ${taskId} was not loaded with its batch`);
           return state;
         },
-        async set(taskId, _previous, next) {
+        set(taskId, _previous, next) {
           current.set(taskId, next);
         },
         async save() {
@@ -117,6 +129,18 @@ export interface ExactlyOnceDeps<X> {
 // The one place a consumed event's dedup key is derived (the type part: see dedupTypeOf).
 const dedupKeyOf = (e: ConsumedEvent): DedupKey => ({ taskId: e.taskId, eventType: dedupTypeOf(e), attempt: e.attempt });
 
+type OpenedConsumer<X> = Awaited<ReturnType<EventConsumer<X>['open']>>;
+/** A delivery of the run with its dedup key, derived once, and its place in the run. */
+interface Fresh {
+  readonly delivery: Delivery<ConsumedEvent>;
+  readonly key: DedupKey;
+  /** `formatKey(key)`: how the inbox reports it back. */
+  readonly id: string;
+  readonly index: number;
+}
+const APPLIED: DeliveryOutcome = { status: 'applied' };
+const PROCEED = { kind: 'proceed' } as const;
+
 /**
  * The exactly-once shell, top to bottom, for one run of consumed events:
  *  1. derive each event's dedup key (task, type, attempt) once; a key repeated inside the run is a
@@ -139,36 +163,56 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
     }
   }
 
-  async function transact(fresh: readonly Delivery<ConsumedEvent>[], outcomes: DeliveryOutcome[], indexOf: Map<Delivery<ConsumedEvent>, number>): Promise<void> {
+  /**
+   * One event inside the batch's transaction. While a tracer records, a span per event, so what it
+   * emits continues the trace of the message that caused it. Otherwise no span and no async context:
+   * the outgoing rows carry the message's own trace headers onward, which is what a non-recording
+   * span would have passed on, and a preloaded state needs no await at all.
+   */
+  async function applyOne(batch: OpenedConsumer<X>, { event, meta }: Delivery<ConsumedEvent>): Promise<readonly [Applied, () => TraceHeaders]> {
+    if (tracingEnabled()) {
+      return withSpan(`consume ${event.type}`, 'consumer', meta.headers, { 'messaging.destination': meta.topic, 'messaging.kafka.offset': meta.offset, 'labelflow.task_id': event.taskId }, async () => {
+        const trace = currentTraceHeaders();
+        const facts: DeliveryFacts = { trace: () => trace };
+        return [await batch.apply(event, facts), facts.trace] as const;
+      });
+    }
+    let trace: TraceHeaders | undefined;
+    const facts: DeliveryFacts = { trace: () => (trace ??= continuedTraceHeaders(meta.headers)) };
+    const result = batch.apply(event, facts);
+    return [result instanceof Promise ? await result : result, facts.trace];
+  }
+
+  /** `fresh`: the run's deliveries the gate let through, with their keys (formatted) and places in the run. */
+  async function transact(fresh: readonly Fresh[], outcomes: DeliveryOutcome[]): Promise<void> {
     await withTransaction(deps.pool, async (tx) => {
       const inserted = await recordManyInInbox(
         tx,
-        fresh.map(({ event, meta }) => ({ ...dedupKeyOf(event), eventId: event.id, source: meta.source })),
+        fresh.map(({ delivery: { event, meta }, key }) => ({ ...key, eventId: event.id, source: meta.source })),
       );
-      const toApply = fresh.filter(({ event }) => inserted.has(formatKey(dedupKeyOf(event))));
-      for (const d of fresh) if (!inserted.has(formatKey(dedupKeyOf(d.event)))) outcomes[indexOf.get(d)!] = { status: 'duplicate', tier: 'postgres' };
+      const toApply: Fresh[] = [];
+      for (const f of fresh) {
+        if (inserted.has(f.id)) toApply.push(f);
+        else outcomes[f.index] = { status: 'duplicate', tier: 'postgres' };
+      }
       if (toApply.length === 0) return;
 
-      const opened = new Map<EventConsumer<X>, Awaited<ReturnType<EventConsumer<X>['open']>>>();
-      for (const consumer of new Set(toApply.map(({ event }) => byType.get(event.type)!))) {
-        opened.set(consumer, await consumer.open(tx, toApply.filter(({ event }) => byType.get(event.type) === consumer).map((d) => d.event), deps.ctx));
+      const opened = new Map<EventConsumer<X>, OpenedConsumer<X>>();
+      for (const consumer of new Set(toApply.map(({ delivery }) => byType.get(delivery.event.type)!))) {
+        opened.set(consumer, await consumer.open(tx, toApply.filter(({ delivery }) => byType.get(delivery.event.type) === consumer).map(({ delivery }) => delivery.event), deps.ctx));
       }
       const groups: DraftGroup[] = [];
       const changed = new Set<string>();
-      for (const delivery of toApply) {
-        const { event, meta } = delivery;
-        const batch = opened.get(byType.get(event.type)!)!;
-        // A span per event, so what it emits continues the trace of the message that caused it.
-        const [applied, trace] = await withSpan(`consume ${event.type}`, 'consumer', meta.headers, { 'messaging.destination': meta.topic, 'messaging.kafka.offset': meta.offset, 'labelflow.task_id': event.taskId }, async () =>
-          [await batch.apply(event), currentTraceHeaders()] as const,
-        );
+      for (const { delivery, index } of toApply) {
+        const { event } = delivery;
+        const [applied, trace] = await applyOne(opened.get(byType.get(event.type)!)!, delivery);
         if (!applied.ok) {
-          outcomes[indexOf.get(delivery)!] = { status: 'ignored', code: applied.reason.code, reason: applied.reason.message };
+          outcomes[index] = { status: 'ignored', code: applied.reason.code, reason: applied.reason.message };
           continue;
         }
-        outcomes[indexOf.get(delivery)!] = { status: 'applied' };
+        outcomes[index] = APPLIED;
         changed.add(event.taskId);
-        if (applied.events.length > 0) groups.push({ drafts: applied.events, causationId: event.id, trace });
+        if (applied.events.length > 0) groups.push({ drafts: applied.events, causationId: event.id, trace: trace() });
       }
       for (const batch of opened.values()) await batch.save();
       if (groups.length > 0) await deps.emitMany(tx, groups);
@@ -180,30 +224,30 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
     handles: (type) => byType.has(type as ConsumedType),
     async process(deliveries) {
       const outcomes: DeliveryOutcome[] = new Array(deliveries.length);
-      const first = new Map<string, number>();
-      deliveries.forEach(({ event }, i) => {
-        const key = formatKey(dedupKeyOf(event));
-        if (first.has(key)) outcomes[i] = { status: 'duplicate', tier: 'batch' };
-        else first.set(key, i);
-      });
-      const unique = [...first.values()].map((i) => deliveries[i]!);
-      const verdicts = await deps.gate.check(unique.map(({ event }) => dedupKeyOf(event)));
-      const fresh: Delivery<ConsumedEvent>[] = [];
-      const indexOf = new Map<Delivery<ConsumedEvent>, number>();
-      unique.forEach((d, j) => {
-        const verdict = verdicts[j] ?? { kind: 'proceed' };
-        const i = first.get(formatKey(dedupKeyOf(d.event)))!;
-        if (verdict.kind === 'duplicate') {
-          outcomes[i] = { status: 'duplicate', tier: verdict.tier };
-        } else {
-          fresh.push(d);
-          indexOf.set(d, i);
+      const unique: Fresh[] = [];
+      const seen = new Set<string>();
+      deliveries.forEach((delivery, index) => {
+        const key = dedupKeyOf(delivery.event);
+        const id = formatKey(key);
+        if (seen.has(id)) {
+          outcomes[index] = { status: 'duplicate', tier: 'batch' };
+          return;
         }
+        seen.add(id);
+        unique.push({ delivery, key, id, index });
       });
-      if (fresh.length > 0) await transact(fresh, outcomes, indexOf);
-      // Redis learns only what PostgreSQL holds: keys it already knew as done need no second write.
-      const done = unique.filter((_, j) => !(verdicts[j]?.kind === 'duplicate' && verdicts[j]?.tier === 'redis'));
-      await deps.gate.committed(done.map(({ event }) => dedupKeyOf(event)));
+      const verdicts = await deps.gate.check(unique.map((u) => u.key));
+      const fresh: Fresh[] = [];
+      const done: DedupKey[] = [];
+      unique.forEach((u, j) => {
+        const verdict = verdicts[j] ?? PROCEED;
+        // Redis learns only what PostgreSQL holds: keys it already knew as done need no second write.
+        if (!(verdict.kind === 'duplicate' && verdict.tier === 'redis')) done.push(u.key);
+        if (verdict.kind === 'duplicate') outcomes[u.index] = { status: 'duplicate', tier: verdict.tier };
+        else fresh.push(u);
+      });
+      if (fresh.length > 0) await transact(fresh, outcomes);
+      await deps.gate.committed(done);
       const dropped = deliveries.filter((_, i) => outcomes[i]?.status === 'duplicate').map((d) => d.event);
       for (const consumer of new Set(dropped.map((e) => byType.get(e.type)!))) {
         await consumer.dropped?.(dropped.filter((e) => byType.get(e.type) === consumer), deps.ctx);

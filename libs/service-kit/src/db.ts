@@ -1,11 +1,11 @@
 import pg from 'pg';
-import { refuseNestedConnections } from '@labelflow/plumbing';
+import { pgArray, refuseNestedConnections, type PgArrayElement } from '@labelflow/plumbing';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
 // The one home of these is @labelflow/plumbing; apps keep importing them from here.
-export { asTransactionBody, isTransientDbError, withTransaction, type Queryable, type TransactionOptions } from '@labelflow/plumbing';
+export { asTransactionBody, isTransientDbError, pgArray, withTransaction, type Queryable, type TransactionOptions } from '@labelflow/plumbing';
 
 export function createPool(connectionString: string, max = 10): pg.Pool {
   const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis: 5_000 });
@@ -48,4 +48,4 @@ export async function ensureDatabase(url: string): Promise<void> {
  * Rows to the column arrays a multi-row statement takes through `unnest($1::t[], $2::t[], ...)`:
  * one statement and one round trip for any number of rows.
  */
-export const unnestColumns = (rows: readonly (readonly unknown[])[]): unknown[][] => (rows[0] ?? []).map((_, c) => rows.map((r) => r[c]));
+export const unnestColumns = (rows: readonly (readonly PgArrayElement[])[]): string[] => (rows[0] ?? []).map((_, c) => pgArray(rows.map((r) => r[c])));

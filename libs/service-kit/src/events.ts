@@ -21,7 +21,7 @@ export interface EmitDeps {
   readonly topicPrefix: string;
   readonly channel: string;
   readonly now: () => Date;
-  /** A new event id (a Snowflake id in the services). */
+  /** A new event id (a Snowflake id in the services); a string when one is at hand, a promise when it must wait. */
   readonly newId: () => Promise<string> | string;
 }
 
@@ -52,16 +52,26 @@ function checked(event: DomainEvent): DomainEvent {
 
 /** Stamps drafts into full events and appends them to the outbox inside the caller's transaction. */
 export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly emitMany: EmitMany } {
+  const topics = new Map<string, string>();
+  const topicOfType = (type: DomainEvent['type']): string => {
+    let topic = topics.get(type);
+    if (topic === undefined) topics.set(type, (topic = topicName(deps.topicPrefix, topicOf(type))));
+    return topic;
+  };
   const emitMany: EmitMany = async (tx, groups) => {
     const events: DomainEvent[] = [];
     const messages: OutboxMessage[] = [];
+    // Events written in one transaction happen at one instant.
+    const occurredAt = deps.now().toISOString();
     for (const { drafts, causationId, trace = currentTraceHeaders() } of groups) {
       for (const d of drafts) {
-        const id = (await deps.newId()) as EventId;
-        const e = checked({ ...d, id, occurredAt: deps.now().toISOString(), producer: deps.producer, ...(causationId ? { causationId } : {}) } as DomainEvent);
+        // Ids come synchronously while the generator has them: no await per outgoing event.
+        const next = deps.newId();
+        const id = (typeof next === 'string' ? next : await next) as EventId;
+        const e = checked((causationId ? { ...d, id, occurredAt, producer: deps.producer, causationId } : { ...d, id, occurredAt, producer: deps.producer }) as DomainEvent);
         events.push(e);
         messages.push({
-          topic: topicName(deps.topicPrefix, topicOf(e.type)),
+          topic: topicOfType(e.type),
           key: e.taskId,
           eventId: e.id,
           eventType: e.type,

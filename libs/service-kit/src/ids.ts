@@ -14,6 +14,8 @@ const serviceSlot: Readonly<Record<RuntimeName, number>> = { 'task-svc': 0, 'lab
 export interface IdSource {
   /** A new 64-bit time-ordered id (decimal string), unique across every live process. */
   next(): Promise<string>;
+  /** An id now, or undefined when only `next` can answer (it would wait, or it fails). */
+  tryNext(): string | undefined;
   readonly workerId: () => number;
   close(): Promise<void>;
 }
@@ -97,6 +99,7 @@ export async function createIdSource({ pool, service, logger, lease: timing = {}
         throw new ServiceKitError(ServiceKitErrors.ID_UNAVAILABLE, `no id can be issued now: ${(error as Error).message}`, { cause: error, retriable: true });
       }
     },
+    tryNext: () => (closed ? undefined : flake.tryNext()),
     workerId: () => flake.workerId,
     async close() {
       closed = true;

@@ -45,6 +45,25 @@ export function currentTraceHeaders(ctx: Context = context.active()): TraceHeade
 }
 
 /**
+ * The headers that continue the trace `headers` carry, as a span started under them would pass it
+ * on while nothing records: the same trace and parent span, the same baggage. For hot paths that
+ * must keep ids travelling without paying for a (non-recording) span and an async context per item.
+ */
+export function continuedTraceHeaders(headers: IncomingHeaders): TraceHeaders {
+  const active = context.active();
+  const { traceparent } = headers;
+  // The common case, a bare version-00 traceparent in no other context, round-trips unchanged
+  // through extract and inject: skip building two contexts per consumed event.
+  if (active === ROOT_CONTEXT && headers.tracestate === undefined && headers.baggage === undefined && typeof traceparent === 'string' && CANONICAL_TRACEPARENT.test(traceparent)) {
+    return { traceparent };
+  }
+  return currentTraceHeaders(propagation.extract(active, headers));
+}
+
+/** A traceparent exactly as the W3C propagator writes one back: version 00, valid non-zero ids, sampled or not. */
+const CANONICAL_TRACEPARENT = /^00-(?!0{32})[\da-f]{32}-(?!0{16})[\da-f]{16}-0[01]$/;
+
+/**
  * Only the trace-context headers of an HTTP request. An outside caller's `baggage` is not ours to
  * carry: it would travel into every outbox row and Kafka message the request causes.
  */

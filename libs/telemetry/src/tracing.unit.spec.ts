@@ -1,9 +1,10 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { trace } from '@opentelemetry/api';
+import { context, propagation, trace } from '@opentelemetry/api';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { TelemetryErrors } from './errors';
 import { createLogger } from './logger';
 import {
+  continuedTraceHeaders,
   currentTraceHeaders,
   installTracePropagation,
   runLinked,
@@ -160,4 +161,23 @@ describe('telemetry: tracing on', () => {
     startSpan('again', { kind: 'internal' })!.end();
     expect((await finished()).map((s) => s.name)).toEqual(['again']);
   });
+});
+
+describe('telemetry: continuedTraceHeaders', () => {
+  const slowPath = (headers: Record<string, string>) => currentTraceHeaders(propagation.extract(context.active(), headers));
+  const cases: Record<string, Record<string, string>> = {
+    'a bare sampled traceparent': { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
+    'an unsampled traceparent': { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00' },
+    'a traceparent with other flags': { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03' },
+    'a future version with extra fields': { traceparent: '01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra' },
+    'an all-zero trace id': { traceparent: '00-00000000000000000000000000000000-b7ad6b7169203331-01' },
+    'garbage': { traceparent: 'not-a-trace' },
+    'a tracestate and baggage': { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', tracestate: 'vendor=1', baggage: 'labelflow.task_id=7' },
+    'no trace headers at all': { 'event-type': 'LabelSubmitted' },
+  };
+  for (const [name, headers] of Object.entries(cases)) {
+    it(`passes on exactly what a non-recording span would for ${name}`, () => {
+      expect(continuedTraceHeaders(headers)).toEqual(slowPath(headers));
+    });
+  }
 });

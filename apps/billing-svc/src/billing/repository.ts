@@ -1,5 +1,5 @@
 import type { AnnotatorId, DomainEvent, Money, ProjectId, TaskId } from '@labelflow/contracts';
-import { ServiceKitError, ServiceKitErrors, sortedTaskIds, type BatchStore, type PoolClient, type Queryable } from '@labelflow/service-kit';
+import { pgArray, ServiceKitError, ServiceKitErrors, sortedTaskIds, type BatchStore, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { budgets, type LedgerEntry } from '../projects/port';
 import { BillingStatus, emptyBilling, isMachine, type AttemptBilling, type BillingTaskState } from './state';
 
@@ -94,9 +94,9 @@ const approvedAnnotator = (event: DomainEvent): AnnotatorId | null => (event.typ
 export const billingBatchStore: BatchStore<BillingTaskState> = {
   async open(tx, events) {
     const taskIds = sortedTaskIds(events);
-    await tx.query('INSERT INTO billing_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [taskIds]);
-    await tx.query('SELECT 1 FROM billing_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [taskIds]);
-    const { rows } = await tx.query<{ project_id: ProjectId; annotator_id: AnnotatorId }>('SELECT DISTINCT project_id, annotator_id FROM billings WHERE task_id = ANY($1::text[])', [taskIds]);
+    await tx.query('INSERT INTO billing_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [pgArray(taskIds)]);
+    await tx.query('SELECT 1 FROM billing_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [pgArray(taskIds)]);
+    const { rows } = await tx.query<{ project_id: ProjectId; annotator_id: AnnotatorId }>('SELECT DISTINCT project_id, annotator_id FROM billings WHERE task_id = ANY($1::text[])', [pgArray(taskIds)]);
     await budgets.lockAll(tx, [...new Set([...events.map((e) => e.projectId), ...rows.map((r) => r.project_id)])].sort());
     const approved = new Map<string, AnnotatorId[]>();
     for (const e of events) {

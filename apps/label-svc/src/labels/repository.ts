@@ -1,5 +1,5 @@
 import { PRELABEL_PROPOSED, type Annotation, type AnnotatorId, type ConsumedEvent, type ProjectId, type TaskId } from '@labelflow/contracts';
-import { ServiceKitError, ServiceKitErrors, unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
+import { pgArray, ServiceKitError, ServiceKitErrors, unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { insertPrelabels, loadPolicies } from '../prelabels/repository';
 import { emptyState, type Assignment, type Label, type LabelStatus, type LabelTaskState, type VoidReason } from './state';
 
@@ -60,9 +60,9 @@ export async function loadLabelTask(db: Queryable, taskId: TaskId, lock = true):
 export async function loadLabelTasksForUpdate(tx: Queryable, taskIds: readonly TaskId[], events: readonly ConsumedEvent[] = []): Promise<Map<string, LabelTaskState>> {
   const a = await tx.query<AssignmentRow & { task_id: string }>(
     'SELECT task_id, project_id, attempt, annotator_id, lease_expires_at, cancelled_at, version FROM assignments WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE',
-    [taskIds],
+    [pgArray(taskIds)],
   );
-  const l = await tx.query<LabelRow & { task_id: string }>(`SELECT task_id, ${labelColumns} FROM labels WHERE task_id = ANY($1::text[]) ORDER BY task_id, attempt`, [taskIds]);
+  const l = await tx.query<LabelRow & { task_id: string }>(`SELECT task_id, ${labelColumns} FROM labels WHERE task_id = ANY($1::text[]) ORDER BY task_id, attempt`, [pgArray(taskIds)]);
   const states = new Map<string, LabelTaskState>(taskIds.map((id) => [id, emptyState(id)]));
   for (const row of a.rows) states.set(row.task_id, { ...states.get(row.task_id)!, assignment: toAssignment(row), cancelled: row.cancelled_at != null });
   for (const row of l.rows) {

@@ -1,6 +1,6 @@
 import type { AnnotatorId, ProjectId, ReviewerId, TaskId } from '@labelflow/contracts';
 import { z } from 'zod';
-import { keysetPage, keysetQuery, TimestampKey, timestampKeySql, unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
+import { keysetPage, keysetQuery, pgArray, TimestampKey, timestampKeySql, unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { emptyState, type CloseReason, type Review, type ReviewStatus, type ReviewTaskState } from './state';
 
 export interface ReviewRow {
@@ -54,9 +54,10 @@ export async function loadReviews(db: Queryable, taskId: TaskId, lock = true): P
  * and locking those rows in task id order: the same lock every single-task writer takes.
  */
 export async function loadReviewsForUpdate(tx: Queryable, taskIds: readonly TaskId[]): Promise<Map<string, ReviewTaskState>> {
-  await tx.query('INSERT INTO review_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [taskIds]);
-  const tasks = await tx.query<ReviewTaskRow & { task_id: string }>('SELECT task_id, reopened_attempt, cancelled_at FROM review_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [taskIds]);
-  const reviews = await tx.query<ReviewRow & { task_id: string }>('SELECT * FROM reviews WHERE task_id = ANY($1::text[]) ORDER BY task_id, attempt', [taskIds]);
+  const ids = pgArray(taskIds);
+  await tx.query('INSERT INTO review_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [ids]);
+  const tasks = await tx.query<ReviewTaskRow & { task_id: string }>('SELECT task_id, reopened_attempt, cancelled_at FROM review_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [ids]);
+  const reviews = await tx.query<ReviewRow & { task_id: string }>('SELECT * FROM reviews WHERE task_id = ANY($1::text[]) ORDER BY task_id, attempt', [ids]);
   const states = new Map<string, ReviewTaskState>(taskIds.map((id) => [id, emptyState(id)]));
   for (const row of tasks.rows) states.set(row.task_id, { ...states.get(row.task_id)!, reopenedAttempt: row.reopened_attempt, cancelled: row.cancelled_at != null });
   for (const row of reviews.rows) {

@@ -1,6 +1,5 @@
 import type { DomainEvent, EventType } from '@labelflow/contracts';
 import { eventConsumer, preloadedStore, type EventConsumer, type EventHandler, type ServiceContext } from '@labelflow/service-kit';
-import { currentTraceHeaders } from '@labelflow/telemetry';
 import type { SagaMonitorConfig } from '../config';
 import { observeEvent, type SagaRecord } from './record';
 import { addDuplicatesDropped, loadSagasForUpdate, saveSagasMany } from './repository';
@@ -33,13 +32,10 @@ export const deadlinesOf = (config: SagaMonitorConfig): StepDeadlines => ({
   completion: config.SAGA_DEADLINE_COMPLETED_MS,
 });
 
-/**
- * Runs inside the consume span the exactly-once shell opens from the message's headers, so the
- * active trace is the one the event travelled in.
- */
-const record: EventHandler<EventType, SagaRecord, Ctx> = (event: DomainEvent, state, ctx) => ({
+/** The trace an event travelled in comes with its delivery, as the exactly-once shell continues it. */
+const record: EventHandler<EventType, SagaRecord, Ctx> = (event: DomainEvent, state, ctx, delivery) => ({
   ok: true,
-  state: observeEvent(state, event, { deadlines: deadlinesOf(ctx.config), consumedAt: ctx.now().toISOString(), traceId: traceIdOf(currentTraceHeaders().traceparent) ?? null }),
+  state: observeEvent(state, event, { deadlines: deadlinesOf(ctx.config), consumedAt: ctx.now().toISOString(), traceId: traceIdOf(delivery.trace().traceparent) ?? null }),
   events: [],
 });
 

@@ -1,5 +1,5 @@
 import type { DomainEvent } from '@labelflow/contracts';
-import { unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
+import { pgArray, unnestColumns, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import type { Outcome } from './latency';
 import type { Notice, NoticeKind, SagaRecord, SagaRow } from './record';
 import { emptyWatchState, seenKey, type Watch, type WatchedStep } from './state';
@@ -65,12 +65,12 @@ export async function loadSagasForUpdate(tx: Queryable, taskIds: readonly string
       unnestColumns(fresh.map((e) => [e.taskId, e.projectId, e.attempt, e.type, e.occurredAt])),
     );
   }
-  const sagas = await tx.query<SagaDbRow>('SELECT * FROM sagas WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [taskIds]);
+  const sagas = await tx.query<SagaDbRow>('SELECT * FROM sagas WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [pgArray(taskIds)]);
   const seen = await tx.query<{ task_id: string; type: string; attempt: number; at: Date }>(
     'SELECT task_id, type, attempt, min(occurred_at) AS at FROM saga_events WHERE task_id = ANY($1::text[]) GROUP BY task_id, type, attempt',
-    [taskIds],
+    [pgArray(taskIds)],
   );
-  const watches = await tx.query<WatchDbRow>('SELECT * FROM saga_watches WHERE task_id = ANY($1::text[]) ORDER BY task_id, since', [taskIds]);
+  const watches = await tx.query<WatchDbRow>('SELECT * FROM saga_watches WHERE task_id = ANY($1::text[]) ORDER BY task_id, since', [pgArray(taskIds)]);
   const records = new Map<string, SagaRecord>();
   for (const r of sagas.rows) {
     const reopened = seen.rows.filter((s) => s.task_id === r.task_id && s.type === 'TaskReopened').map((s) => s.attempt);

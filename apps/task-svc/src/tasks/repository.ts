@@ -1,6 +1,6 @@
 import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
 import { z } from 'zod';
-import { keysetPage, keysetQuery, ServiceKitError, ServiceKitErrors, TimestampKey, timestampKeySql, type Queryable } from '@labelflow/service-kit';
+import { pgArray, keysetPage, keysetQuery, ServiceKitError, ServiceKitErrors, TimestampKey, timestampKeySql, type Queryable } from '@labelflow/service-kit';
 import type { TaskState, TaskStatus } from './state';
 
 interface TaskRow {
@@ -44,7 +44,7 @@ export async function loadTask(db: Queryable, taskId: TaskId): Promise<TaskRecor
 
 /** Loads and locks a batch's tasks with one query, in task id order (a missing task maps to null). */
 export async function loadTasksForUpdate(tx: Queryable, taskIds: readonly string[]): Promise<Map<string, TaskRecord | null>> {
-  const { rows } = await tx.query<TaskRow>('SELECT * FROM tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [taskIds]);
+  const { rows } = await tx.query<TaskRow>('SELECT * FROM tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [pgArray(taskIds)]);
   const found = new Map<string, TaskRecord | null>(taskIds.map((id) => [id, null]));
   for (const row of rows) found.set(row.task_id, toState(row));
   return found;

@@ -34,7 +34,7 @@ const outboxChannel = (name: RuntimeName) => `outbox_${name.replace(/-/g, '_')}`
 /** What capabilities see: ids, the clock, the outbox emitter and the task signals (listening already). */
 export async function wireContext<C extends BaseConfig>(w: Wiring<C>): Promise<{ ctx: ServiceContext<C>; emitMany: EmitMany }> {
   const { definition: { name }, config, logger, metrics, pool, ids, lifecycle } = w;
-  const emitter = createEmitter({ producer: name, topicPrefix: config.KAFKA_TOPIC_PREFIX, channel: outboxChannel(name), now: () => new Date(), newId: () => ids.next() });
+  const emitter = createEmitter({ producer: name, topicPrefix: config.KAFKA_TOPIC_PREFIX, channel: outboxChannel(name), now: () => new Date(), newId: () => ids.tryNext() ?? ids.next() });
   const signals = createTaskSignals({ pool, channel: `signals_${name.replace(/-/g, '_')}`, logger: logger.child({ component: 'signals' }) });
   await signals.start();
   lifecycle.onClose('task-signals', () => signals.close());
