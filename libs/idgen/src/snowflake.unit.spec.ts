@@ -115,6 +115,32 @@ describe('Snowflake ids', () => {
     await expect(sf.next()).rejects.toMatchObject({ code: IdgenErrors.LEASE_LOST });
   });
 
+  it('issues ids synchronously with tryNext, in one strictly increasing sequence with next', async () => {
+    const t = fakeClock();
+    const sf = createSnowflake({ workerId: 5, clock: t.clock, sleep: t.sleep });
+    const ids = [sf.tryNext()!, await sf.next(), sf.tryNext()!];
+    expect(ids.every((id) => typeof id === 'string')).toBe(true);
+    for (let i = 1; i < ids.length; i++) expect(big(ids[i]!) > big(ids[i - 1]!)).toBe(true);
+  });
+
+  it('answers undefined from tryNext where next would wait or refuse: a full millisecond, a step back, a lost lease', async () => {
+    const t = fakeClock();
+    let valid = true;
+    const sf = createSnowflake({ workerId: 6, clock: t.clock, sleep: t.sleep, isValid: () => valid });
+    for (let i = 0; i <= MAX_SEQUENCE; i++) expect(sf.tryNext()).toBeDefined();
+    expect(sf.tryNext()).toBeUndefined();
+    expect(t.sleeps).toEqual([]);
+    t.set(t.clock() + 1);
+    const fresh = sf.tryNext();
+    expect(parseSnowflake(fresh!).sequence).toBe(0);
+    t.set(t.clock() - 1);
+    expect(sf.tryNext()).toBeUndefined();
+    t.set(t.clock() + 1);
+    valid = false;
+    expect(sf.tryNext()).toBeUndefined();
+    await expect(sf.next()).rejects.toMatchObject({ code: IdgenErrors.LEASE_LOST });
+  });
+
   it('parse round-trips the timestamp, worker id and sequence of a generated id', async () => {
     const t = fakeClock(Date.UTC(2027, 5, 15, 8, 30));
     const sf = createSnowflake({ workerId: 1023, clock: t.clock, sleep: t.sleep });
