@@ -24,6 +24,9 @@ export interface ConsumerLoopOptions<E> {
   readonly sessionTimeoutMs?: number;
   /** Upper bound of a fetch per partition; a batch is at most what one fetch returns. */
   readonly maxBytesPerPartition?: number;
+  /** A fetch returns once this many bytes are ready, or after `maxWaitTimeInMs` (kafkajs defaults: 1 byte, 5 s). */
+  readonly minBytes?: number;
+  readonly maxWaitTimeInMs?: number;
   /** How often the group's progress is compared with the topics' high watermarks (`caughtUpTo`). */
   readonly progressEveryMs?: number;
   /** Restarts after a crash kafkajs does not restart from (default 1 s doubling to 30 s, reset after 60 s up). */
@@ -73,6 +76,8 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     heartbeatInterval: Math.min(3_000, Math.floor((options.sessionTimeoutMs ?? 30_000) / 3)),
     allowAutoTopicCreation: false,
     ...(options.maxBytesPerPartition ? { maxBytesPerPartition: options.maxBytesPerPartition } : {}),
+    ...(options.minBytes ? { minBytes: options.minBytes } : {}),
+    ...(options.maxWaitTimeInMs ? { maxWaitTimeInMs: options.maxWaitTimeInMs } : {}),
   });
   const dlqProducer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
   const admin = kafka.admin();

@@ -1,6 +1,7 @@
 export { PlumbingError, PlumbingErrors, type PlumbingErrorCode } from './errors';
 export * from './queryable';
 export * from './pg-array';
+export * from './prepared';
 export * from './transient';
 export * from './transaction';
 export * from './breaker';

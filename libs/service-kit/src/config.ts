@@ -39,6 +39,13 @@ export const BaseConfig = z.object({
   REDIS_URL: url(['redis:', 'rediss:']),
   /** How long a silent consumer keeps its partitions; a crashed instance's are reassigned after it. */
   KAFKA_SESSION_TIMEOUT_MS: z.coerce.number().int().min(6_000).max(300_000).default(30_000),
+  /**
+   * A fetch returns once this many bytes are ready or `KAFKA_FETCH_MAX_WAIT_MS` has passed. Under
+   * load, waiting a few milliseconds turns a fetch (and a transaction) per event into one per
+   * batch; idle, it bounds how often an empty fetch is asked for.
+   */
+  KAFKA_FETCH_MIN_BYTES: z.coerce.number().int().min(1).max(10_485_760).default(65_536),
+  KAFKA_FETCH_MAX_WAIT_MS: z.coerce.number().int().min(1).max(30_000).default(50),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   OUTBOX_POLL_MS: z.coerce.number().int().min(10).max(60_000).default(500),
   OUTBOX_BATCH_SIZE: z.coerce.number().int().min(1).max(10_000).default(500),

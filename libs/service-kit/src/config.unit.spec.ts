@@ -61,6 +61,13 @@ describe('service-kit: loadConfig', () => {
     expect(names).toEqual(expect.arrayContaining(['KAFKA_BROKERS', 'DATABASE_URL', 'REDIS_URL']));
   });
 
+  it('waits up to 50 ms for 64 KiB per fetch by default, and refuses a wait of 0 or over 30 s', () => {
+    expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ KAFKA_FETCH_MIN_BYTES: 65_536, KAFKA_FETCH_MAX_WAIT_MS: 50 });
+    expect(loadConfig(BaseConfig, { ...validEnv, KAFKA_FETCH_MIN_BYTES: '1', KAFKA_FETCH_MAX_WAIT_MS: '5000' })).toMatchObject({ KAFKA_FETCH_MIN_BYTES: 1, KAFKA_FETCH_MAX_WAIT_MS: 5000 });
+    const names = (failure({ ...validEnv, KAFKA_FETCH_MIN_BYTES: '0', KAFKA_FETCH_MAX_WAIT_MS: '30001' }).details as string[]).map((p) => p.split(':')[0]);
+    expect(names.sort()).toEqual(['KAFKA_FETCH_MAX_WAIT_MS', 'KAFKA_FETCH_MIN_BYTES']);
+  });
+
   it('rejects a broker list that is only separators', () => {
     expect(failure({ ...validEnv, KAFKA_BROKERS: ' , ' }).code).toBe(ServiceKitErrors.CONFIG_INVALID);
   });

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { pgArray, refuseNestedConnections, type PgArrayElement } from '@labelflow/plumbing';
+import { pgArray, refuseNestedConnections, usePreparedStatements, type PgArrayElement } from '@labelflow/plumbing';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
 export type Pool = pg.Pool;
@@ -15,6 +15,8 @@ export function createPool(connectionString: string, max = 10): pg.Pool {
   // when the socket ends: a restart, a failover, pg_terminate_backend). Its query in flight
   // rejects with the cause, which is what the caller acts on.
   pool.on('connect', (client) => client.on('error', () => undefined));
+  // Parse and plan each statement once per connection, not once per call.
+  usePreparedStatements(pool);
   // A second connection asked for inside a transaction fails at once, not only under load.
   return refuseNestedConnections(pool);
 }

@@ -115,6 +115,8 @@ export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceCon
     metrics,
     isRetriable: (error) => (error as { retriable?: boolean }).retriable === true || isTransientDbError(error),
     sessionTimeoutMs: config.KAFKA_SESSION_TIMEOUT_MS,
+    minBytes: config.KAFKA_FETCH_MIN_BYTES,
+    maxWaitTimeInMs: config.KAFKA_FETCH_MAX_WAIT_MS,
     retry: { initialMs: config.CONSUMER_RETRY_INITIAL_MS, maxMs: config.CONSUMER_RETRY_MAX_MS, maxAttempts: config.CONSUMER_MAX_ATTEMPTS },
     processor,
   });

@@ -1,0 +1,64 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createTestDatabase, uniqueName } from '@labelflow/testing';
+import { usePreparedStatements } from './prepared';
+
+const infra = inject('infra');
+
+describe('usePreparedStatements on a real PostgreSQL', () => {
+  let pool: pg.Pool;
+  let drop: () => Promise<void>;
+  beforeAll(async () => {
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('prep'));
+    drop = db.drop;
+    pool = usePreparedStatements(new pg.Pool({ connectionString: db.url, max: 2 }), { maxStatements: 2 });
+    await pool.query('CREATE TABLE items (id text PRIMARY KEY, n int NOT NULL)');
+  });
+  afterAll(async () => {
+    await pool?.end();
+    await drop?.();
+  });
+
+  /** The statements this connection holds prepared on the server, by their text. */
+  const prepared = async (client: pg.PoolClient) => (await client.query<{ statement: string }>('SELECT statement FROM pg_prepared_statements ORDER BY prepare_time')).rows.map((r) => r.statement);
+
+  it('prepares a parameterised statement once per connection and runs it again by name with new values', async () => {
+    const client = await pool.connect();
+    try {
+      await client.query('INSERT INTO items (id, n) VALUES ($1, $2)', ['a', 1]);
+      await client.query('INSERT INTO items (id, n) VALUES ($1, $2)', ['b', 2]);
+      expect(await prepared(client)).toEqual(['INSERT INTO items (id, n) VALUES ($1, $2)']);
+      expect((await client.query('SELECT id FROM items WHERE n >= $1 ORDER BY id', [1])).rows).toEqual([{ id: 'a' }, { id: 'b' }]);
+    } finally {
+      client.release();
+    }
+  });
+
+  it('leaves queries without values on the simple protocol, so several statements still run in one text', async () => {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN; SET LOCAL lock_timeout = 1000');
+      await client.query('ROLLBACK');
+      expect(await prepared(client)).not.toContain('BEGIN; SET LOCAL lock_timeout = 1000');
+    } finally {
+      client.release();
+    }
+  });
+
+  it('runs texts past its limit unnamed, with the same results', async () => {
+    // The first test named two texts already (the limit): a third runs as before, unprepared.
+    const text = 'SELECT count(*)::int AS n FROM items WHERE id <> $1';
+    expect((await pool.query(text, ['zzz'])).rows).toEqual([{ n: 2 }]);
+    const client = await pool.connect();
+    try {
+      expect(await prepared(client)).not.toContain(text);
+    } finally {
+      client.release();
+    }
+  });
+
+  it('serves a named statement to pool.query with a callback as well as with a promise', async () => {
+    const rows = await new Promise<unknown[]>((resolve, reject) => pool.query('SELECT id FROM items WHERE n >= $1 ORDER BY id', [2], (error, result) => (error ? reject(error) : resolve(result.rows))));
+    expect(rows).toEqual([{ id: 'b' }]);
+  });
+});
