@@ -100,12 +100,18 @@ function instrument(app: FastifyInstance, metrics: Metrics | undefined): void {
 export function createHttpApp({ logger, readiness, metrics, auth, bodyLimit = 1_048_576 }: HttpAppDeps): FastifyInstance {
   const app: FastifyInstance = Fastify({
     loggerInstance: logger.child({ component: 'http' }) as FastifyBaseLogger,
+    // One access line per request (below) instead of fastify's two: each line is a synchronous
+    // write, and at a few hundred requests a second the second line was pure cost.
+    disableRequestLogging: true,
     bodyLimit,
     // Errors fastify raises before routing (a malformed URL) skip setErrorHandler; same body shape.
     frameworkErrors: (error, _request, reply) => void (reply as FastifyReply).status(400).send(errorBody('BAD_REQUEST', error.message)),
   });
 
   instrument(app, metrics);
+  app.addHook('onResponse', async (request, reply) => {
+    request.log.info({ req: { method: request.method, url: request.url }, res: { statusCode: reply.statusCode }, responseTime: reply.elapsedTime }, 'request completed');
+  });
   // Before the body is read and before any route or the Idempotency-Key layer runs.
   installAuth(app, auth);
   // close() ends only the connections idle at that moment: one whose request was still running
