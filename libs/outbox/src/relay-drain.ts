@@ -1,3 +1,4 @@
+import { pgArray } from '@labelflow/plumbing';
 import type pg from 'pg';
 import { isTooLarge, sizeOf, take, type Pending } from './relay-batch';
 import type { ReadRow, RowMarks } from './relay-rows';
@@ -58,7 +59,7 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     // Taken together, in one synchronous step: a mark that commits later is skipped by id.
     const skipping = [...resolving];
     const expected = outstanding - skipping.length;
-    const { rows } = await session.query<ReadRow>(sql, [cursor, maxBatchBytes, expected + limit, skipping]);
+    const { rows } = await session.query<ReadRow>(sql, [cursor, maxBatchBytes, expected + limit, pgArray(skipping)]);
     const first = rows[0];
     if (!first) {
       exhausted = true;

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { pgArray } from '@labelflow/plumbing';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { Pending } from './relay-batch';
 
@@ -77,13 +78,13 @@ export function createRowMarks({ pool, logger, metrics }: { readonly pool: pg.Po
   const parked = metrics?.counter('outbox_failed_total', 'Outbox rows given up on (failed_at set): too_large for their topic, or held behind such a row of the same key', ['reason']);
 
   const park: RowMarks['park'] = async (rows, reason, failure) => {
-    await pool.query('UPDATE outbox SET failed_at = now(), failure = $2 WHERE id = ANY($1::bigint[])', [rows.map((r) => r.id), failure.slice(0, 2000)]);
+    await pool.query('UPDATE outbox SET failed_at = now(), failure = $2 WHERE id = ANY($1::bigint[])', [pgArray(rows.map((r) => r.id)), failure.slice(0, 2000)]);
     parked?.inc({ reason }, rows.length);
   };
 
   return {
     async markPublished(rows) {
-      await pool.query('UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])', [rows.map((r) => r.id)]);
+      await pool.query('UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])', [pgArray(rows.map((r) => r.id))]);
       published?.inc(rows.length);
     },
     park,
