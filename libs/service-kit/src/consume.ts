@@ -130,6 +130,8 @@ export interface ExactlyOnceDeps<X> {
 const dedupKeyOf = (e: ConsumedEvent): DedupKey => ({ taskId: e.taskId, eventType: dedupTypeOf(e), attempt: e.attempt });
 
 type OpenedConsumer<X> = Awaited<ReturnType<EventConsumer<X>['open']>>;
+/** One event's result inside the run, with the trace headers its outgoing events carry. */
+type OneApplied = readonly [Applied, () => TraceHeaders];
 /** A delivery of the run with its dedup key, derived once, and its place in the run. */
 interface Fresh {
   readonly delivery: Delivery<ConsumedEvent>;
@@ -169,7 +171,7 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
    * the outgoing rows carry the message's own trace headers onward, which is what a non-recording
    * span would have passed on, and a preloaded state needs no await at all.
    */
-  async function applyOne(batch: OpenedConsumer<X>, { event, meta }: Delivery<ConsumedEvent>): Promise<readonly [Applied, () => TraceHeaders]> {
+  function applyOne(batch: OpenedConsumer<X>, { event, meta }: Delivery<ConsumedEvent>): OneApplied | Promise<OneApplied> {
     if (tracingEnabled()) {
       return withSpan(`consume ${event.type}`, 'consumer', meta.headers, { 'messaging.destination': meta.topic, 'messaging.kafka.offset': meta.offset, 'labelflow.task_id': event.taskId }, async () => {
         const trace = currentTraceHeaders();
@@ -180,7 +182,7 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
     let trace: TraceHeaders | undefined;
     const facts: DeliveryFacts = { trace: () => (trace ??= continuedTraceHeaders(meta.headers)) };
     const result = batch.apply(event, facts);
-    return [result instanceof Promise ? await result : result, facts.trace];
+    return result instanceof Promise ? result.then((applied) => [applied, facts.trace] as const) : [result, facts.trace];
   }
 
   /** `fresh`: the run's deliveries the gate let through, with their keys (formatted) and places in the run. */
@@ -205,7 +207,8 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
       const changed = new Set<string>();
       for (const { delivery, index } of toApply) {
         const { event } = delivery;
-        const [applied, trace] = await applyOne(opened.get(byType.get(event.type)!)!, delivery);
+        const one = applyOne(opened.get(byType.get(event.type)!)!, delivery);
+        const [applied, trace] = one instanceof Promise ? await one : one;
         if (!applied.ok) {
           outcomes[index] = { status: 'ignored', code: applied.reason.code, reason: applied.reason.message };
           continue;
