@@ -199,4 +199,58 @@ describe('billing-svc billing repository', () => {
     expect(await loadPayoutBalance(pool, annotatorId)).toBe(3 * price);
     for (const taskId of tasks) expect(await ledgerOf(taskId)).toHaveLength(2);
   });
+
+  it("books every transition of a batch in order and writes the balances once, as they ended: a completion and a refund of one task, beside another task's completion", async () => {
+    const projectId = await newProject();
+    const annotatorId = newAnnotator();
+    const [kept, undone] = [newTaskId(), newTaskId()];
+    const qaPassed = (taskId: TaskId): DomainEvent => ({
+      id: freshSnowflake() as EventId,
+      type: 'QaPassed',
+      version: 1,
+      taskId,
+      projectId,
+      attempt: 1,
+      occurredAt: new Date().toISOString(),
+      producer: 'qa-svc',
+      payload: { annotatorId, reviewerId: reviewer },
+    });
+    const refunded: Draft = { type: 'BillingRefunded', version: 1, taskId: undone, projectId, attempt: 1, payload: { annotatorId, amount: price, reason: 'TASK_CANCELLED', refundedBy: 'manager-1' } };
+    await withTransaction(pool, async (tx) => {
+      const states = await billingBatchStore.open(tx, [qaPassed(undone), qaPassed(kept)]);
+      // In offset order, as the shell applies them: each get sees what the set before it left.
+      const steps: [TaskId, Draft][] = [[undone, completed(undone, projectId, annotatorId)], [kept, completed(kept, projectId, annotatorId)], [undone, refunded]];
+      for (const [taskId, draft] of steps) {
+        const before = await states.get(taskId);
+        await states.set(taskId, before, evolve(before, draft));
+      }
+      const last = await states.get(undone);
+      expect(last.project?.balance).toBe(1_000 - price);
+      expect(last.payouts).toEqual({ [annotatorId]: price });
+      await states.save();
+    });
+    expect(await loadProject(pool, projectId)).toMatchObject({ balance: 1_000 - price, version: 4 });
+    expect(await loadPayoutBalance(pool, annotatorId)).toBe(price);
+    expect(await ledgerOf(kept)).toEqual([['debit', null, price, reviewer], ['credit', annotatorId, price, reviewer]]);
+    expect(await ledgerOf(undone)).toEqual([['debit', null, price, reviewer], ['credit', annotatorId, price, reviewer], ['refund', null, price, 'manager-1'], ['reversal', annotatorId, price, 'manager-1']]);
+    expect((await listBillings(pool, undone)).map((b) => b.status)).toEqual(['refunded']);
+    expect((await listBillings(pool, kept)).map((b) => b.status)).toEqual(['completed']);
+  });
+
+  it('refuses a batch whose billing another writer changed after the batch read it, with a retriable CONCURRENT_UPDATE', async () => {
+    const [projectId, taskId, annotatorId] = [await newProject(), newTaskId(), newAnnotator()];
+    await apply(taskId, projectId, [completed(taskId, projectId, annotatorId)], [annotatorId]);
+    const refund: Draft = { type: 'BillingRefunded', version: 1, taskId, projectId, attempt: 1, payload: { annotatorId, amount: price, reason: 'TASK_CANCELLED', refundedBy: 'manager-1' } };
+    const attempt = withTransaction(pool, async (tx) => {
+      const states = await billingBatchStore.open(tx, [{ id: freshSnowflake() as EventId, type: 'TaskCancelled', version: 1, taskId, projectId, attempt: 1, occurredAt: new Date().toISOString(), producer: 'task-svc', payload: { reason: 'gone', cancelledBy: 'manager-1', previousStatus: 'labelled' } } as DomainEvent]);
+      const before = await states.get(taskId);
+      await states.set(taskId, before, evolve(before, refund));
+      // Behind the batch's back (nothing in the services does this: every writer locks the task first).
+      await tx.query("UPDATE billings SET status = 'failed' WHERE task_id = $1", [taskId]);
+      await states.save();
+    });
+    await expect(attempt).rejects.toMatchObject({ code: ServiceKitErrors.CONCURRENT_UPDATE, retriable: true });
+    expect(await ledgerOf(taskId)).toHaveLength(2);
+    expect(await loadPayoutBalance(pool, annotatorId)).toBe(price);
+  });
 });

@@ -1,7 +1,7 @@
 import type { AnnotatorId, DomainEvent, Money, ProjectId, TaskId } from '@labelflow/contracts';
 import { pgArray, ServiceKitError, ServiceKitErrors, sortedTaskIds, type BatchStore, type PoolClient, type Queryable } from '@labelflow/service-kit';
 import { budgets, type LedgerEntry } from '../projects/port';
-import { BillingStatus, emptyBilling, isMachine, type AttemptBilling, type BillingTaskState } from './state';
+import { BillingStatus, emptyBilling, isMachine, type AttemptBilling, type BillingTaskState, type ProjectBudget } from './state';
 
 interface BillingRow {
   task_id: string;
@@ -85,35 +85,155 @@ async function lockPayouts(tx: PoolClient, annotators: readonly AnnotatorId[]): 
 const approvedAnnotator = (event: DomainEvent): AnnotatorId | null => (event.type === 'QaPassed' && !isMachine(event.payload.annotatorId) ? event.payload.annotatorId : null);
 
 /**
- * A consumed batch's billing states. Its task rows, then its projects' rows, then its annotators'
- * payout rows are locked up front in id order, so batches that share tasks, projects or annotators
- * queue instead of deadlocking. Each event then loads and saves its task inside the batch's
- * transaction: tasks of one project share its balance, tasks of one annotator their payout, and
- * every transition books its own ledger entries, which a load-once/save-once unit would merge.
+ * A consumed batch's billing states, loaded with one query per table and saved with one statement
+ * per table. Its task rows, then its projects' rows, then its annotators' payout rows are locked up
+ * front in id order, so batches that share tasks, projects or annotators queue instead of
+ * deadlocking. Tasks of one project share its balance and tasks of one annotator their payout: each
+ * `get` reads them as the batch's earlier events left them. Every transition books its own ledger
+ * entries (kept in order, never merged); the balances are written once, as they ended.
  */
 export const billingBatchStore: BatchStore<BillingTaskState> = {
   async open(tx, events) {
-    const taskIds = sortedTaskIds(events);
-    await tx.query('INSERT INTO billing_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [pgArray(taskIds)]);
-    await tx.query('SELECT 1 FROM billing_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [pgArray(taskIds)]);
-    const { rows } = await tx.query<{ project_id: ProjectId; annotator_id: AnnotatorId }>('SELECT DISTINCT project_id, annotator_id FROM billings WHERE task_id = ANY($1::text[])', [pgArray(taskIds)]);
-    await budgets.lockAll(tx, [...new Set([...events.map((e) => e.projectId), ...rows.map((r) => r.project_id)])].sort());
+    const ids = pgArray(sortedTaskIds(events));
+    await tx.query('INSERT INTO billing_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [ids]);
+    const { rows: markRows } = await tx.query<{ task_id: string; latest_attempt: number; cancelled_at: Date | null }>(
+      'SELECT task_id, latest_attempt, cancelled_at FROM billing_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE',
+      [ids],
+    );
+    const { rows: billingRows } = await tx.query<BillingRow>('SELECT * FROM billings WHERE task_id = ANY($1::text[]) ORDER BY task_id, attempt', [ids]);
+    const projects = await budgets.loadAll(tx, [...new Set([...events.map((e) => e.projectId), ...billingRows.map((r) => r.project_id as ProjectId)])].sort());
     const approved = new Map<string, AnnotatorId[]>();
     for (const e of events) {
       const annotator = approvedAnnotator(e);
       if (annotator) approved.set(e.taskId, [...(approved.get(e.taskId) ?? []), annotator]);
     }
-    const annotators = [...rows.map((r) => r.annotator_id).filter((a) => !isMachine(a)), ...[...approved.values()].flat()];
+    const annotators = [...billingRows.map((r) => r.annotator_id as AnnotatorId).filter((a) => !isMachine(a)), ...[...approved.values()].flat()];
     await ensurePayoutRows(tx, annotators);
-    await lockPayouts(tx, annotators);
+    const payouts = new Map(Object.entries(await lockPayouts(tx, annotators)));
     const hints = new Map(events.map((e) => [e.taskId, e.projectId]));
+    const marks = new Map(markRows.map((r) => [r.task_id, { cancelled: r.cancelled_at != null, latestAttempt: r.latest_attempt }]));
+    const billings = new Map<string, AttemptBilling[]>();
+    const storedStatus = new Map<string, string>();
+    for (const r of billingRows) {
+      billings.set(r.task_id, [...(billings.get(r.task_id) ?? []), toBilling(r)]);
+      storedStatus.set(`${r.task_id}/${r.attempt}`, r.status);
+    }
+    const pending = createPendingWrites(projects, payouts, storedStatus);
     return {
-      get: (taskId) => loadBillingTask(tx, taskId, hints.get(taskId) ?? null, { annotators: approved.get(taskId) ?? [], locked: true }),
-      set: (_taskId, previous, next) => saveBillingTask(tx, previous, next),
-      save: async () => undefined,
+      get(taskId) {
+        const mine = billings.get(taskId) ?? [];
+        const projectId = mine[0]?.projectId ?? hints.get(taskId) ?? null;
+        const payoutOf = [...(approved.get(taskId) ?? []), ...mine.map((b) => b.annotatorId)].filter((a) => !isMachine(a));
+        const mark = marks.get(taskId);
+        return {
+          ...emptyBilling(taskId, projectId ? pending.project(projectId) : null, Object.fromEntries(payoutOf.map((a) => [a, payouts.get(a) ?? 0]))),
+          billings: mine,
+          cancelled: mark?.cancelled ?? false,
+          latestAttempt: mark?.latestAttempt ?? 1,
+        };
+      },
+      set(taskId, previous, next) {
+        billings.set(taskId, [...next.billings]);
+        marks.set(taskId, { cancelled: next.cancelled, latestAttempt: next.latestAttempt });
+        pending.record(previous, next);
+      },
+      save: () => pending.save(tx),
     };
   },
 };
+
+/**
+ * What a batch changed, kept in memory until `save`: task marks, billings (each compared on save with
+ * the status stored when the batch opened), ledger entries in booking order, project balances and
+ * payouts as they ended.
+ */
+function createPendingWrites(projects: Map<string, ProjectBudget>, payouts: Map<string, Money>, storedStatus: ReadonlyMap<string, string>) {
+  const loaded = new Map(projects);
+  const moves = new Map<string, number>();
+  const marks = new Map<string, { readonly latestAttempt: number; readonly cancelled: boolean }>();
+  const changedBillings = new Map<string, AttemptBilling>();
+  const ledger: LedgerEntry[] = [];
+  const movedPayouts = new Set<string>();
+  return {
+    project: (projectId: ProjectId): ProjectBudget | null => projects.get(projectId) ?? null,
+    record(previous: BillingTaskState, next: BillingTaskState): void {
+      if (next.cancelled !== previous.cancelled || next.latestAttempt !== previous.latestAttempt) marks.set(next.taskId, { latestAttempt: next.latestAttempt, cancelled: next.cancelled });
+      if (previous.project && next.project && next.project.balance !== previous.project.balance) {
+        projects.set(next.project.projectId, next.project);
+        moves.set(next.project.projectId, (moves.get(next.project.projectId) ?? 0) + 1);
+      }
+      for (const billing of next.billings) {
+        const before = previous.billings.find((b) => b.attempt === billing.attempt);
+        if (before === billing) continue;
+        changedBillings.set(`${billing.taskId}/${billing.attempt}`, billing);
+        if (billing.status === before?.status) continue;
+        const booked =
+          billing.status === BillingStatus.completed
+            ? bookings(billing, [['debit', null], ['credit', billing.annotatorId]], billing.amount, billing.approvedBy)
+            : billing.status === BillingStatus.refunded
+              ? bookings(billing, [['refund', null], ['reversal', billing.annotatorId]], -billing.amount, billing.refundedBy ?? null)
+              : undefined;
+        if (!booked) continue;
+        ledger.push(...booked.entries);
+        if (booked.payout) {
+          payouts.set(booked.payout.annotatorId, (payouts.get(booked.payout.annotatorId) ?? 0) + booked.payout.delta);
+          movedPayouts.add(booked.payout.annotatorId);
+        }
+      }
+    },
+    async save(tx: PoolClient): Promise<void> {
+      if (marks.size > 0) {
+        const rows = [...marks];
+        await tx.query(
+          `UPDATE billing_tasks t SET latest_attempt = u.latest_attempt, cancelled_at = CASE WHEN u.cancelled THEN COALESCE(t.cancelled_at, now()) END, updated_at = now()
+           FROM unnest($1::text[], $2::int[], $3::boolean[]) AS u(task_id, latest_attempt, cancelled) WHERE t.task_id = u.task_id`,
+          [pgArray(rows.map(([id]) => id)), pgArray(rows.map(([, m]) => m.latestAttempt)), pgArray(rows.map(([, m]) => m.cancelled))],
+        );
+      }
+      await budgets.moveAll(tx, [...moves].map(([projectId, changes]) => ({ before: loaded.get(projectId)!, after: projects.get(projectId)!, changes })));
+      await saveBillings(tx, [...changedBillings.values()].map((b) => ({ billing: b, storedStatus: storedStatus.get(`${b.taskId}/${b.attempt}`) ?? null })));
+      await budgets.book(tx, ledger);
+      if (movedPayouts.size > 0) {
+        const moved = [...movedPayouts];
+        await tx.query('UPDATE payouts p SET balance = u.balance, updated_at = now() FROM unnest($1::text[], $2::bigint[]) AS u(annotator_id, balance) WHERE p.annotator_id = u.annotator_id', [
+          pgArray(moved),
+          pgArray(moved.map((a) => payouts.get(a) ?? 0)),
+        ]);
+      }
+    },
+  };
+}
+
+/**
+ * Upserts billings in one statement, each by compare-and-set on the status stored when its batch
+ * opened (none: it must not exist yet). Finding another status means a concurrent writer won.
+ */
+async function saveBillings(tx: PoolClient, writes: readonly { readonly billing: AttemptBilling; readonly storedStatus: string | null }[]): Promise<void> {
+  if (writes.length === 0) return;
+  const { rows } = await tx.query<{ n: number }>(
+    `WITH w AS (
+       SELECT * FROM jsonb_to_recordset($1::jsonb) AS w(task_id text, attempt int, project_id uuid, annotator_id text, status text, amount bigint, reason text, approved_by text, stored text)
+     ), updated AS (
+       UPDATE billings b SET status = w.status, amount = w.amount, reason = w.reason, approved_by = coalesce(w.approved_by, b.approved_by), updated_at = now()
+       FROM w WHERE w.stored IS NOT NULL AND b.task_id = w.task_id AND b.attempt = w.attempt AND b.status = w.stored
+       RETURNING 1
+     ), inserted AS (
+       INSERT INTO billings (task_id, attempt, project_id, annotator_id, status, amount, reason, approved_by)
+       SELECT task_id, attempt, project_id, annotator_id, status, amount, reason, approved_by FROM w WHERE w.stored IS NULL ORDER BY task_id, attempt
+       ON CONFLICT (task_id, attempt) DO NOTHING
+       RETURNING 1
+     )
+     SELECT ((SELECT count(*) FROM updated) + (SELECT count(*) FROM inserted))::int AS n`,
+    [
+      JSON.stringify(
+        writes.map(({ billing: b, storedStatus }) => ({ task_id: b.taskId, attempt: b.attempt, project_id: b.projectId, annotator_id: b.annotatorId, status: b.status, amount: b.amount, reason: b.reason, approved_by: b.approvedBy, stored: storedStatus })),
+      ),
+    ],
+  );
+  if (rows[0]?.n !== writes.length) {
+    throw new ServiceKitError(ServiceKitErrors.CONCURRENT_UPDATE, `a billing of ${writes.map(({ billing: b }) => `${b.taskId}/${b.attempt}`).join(', ')} changed concurrently`, { retriable: true });
+  }
+}
 
 /**
  * Saves the state and books the money its transitions imply: a billing that became completed is a
@@ -141,22 +261,27 @@ export async function saveBillingTask(tx: PoolClient, previous: BillingTaskState
   }
 }
 
+/** The ledger entries a billing's transition books, and the payout it moves (none for a model's labels). */
+function bookings(b: AttemptBilling, legs: readonly [LedgerEntry['kind'], AnnotatorId | null][], payoutDelta: Money, actor: string | null): { readonly entries: LedgerEntry[]; readonly payout?: { readonly annotatorId: AnnotatorId; readonly delta: Money } } {
+  const entry = ([kind, annotatorId]: readonly [LedgerEntry['kind'], AnnotatorId | null]): LedgerEntry => ({ projectId: b.projectId, taskId: b.taskId, attempt: b.attempt, kind, annotatorId, amount: b.amount, actor });
+  // A model's labels: the project side only (debit or refund), and nothing at all at a machine
+  // price of 0, since the ledger holds only money that moved.
+  if (isMachine(b.annotatorId)) return { entries: b.amount > 0 ? legs.filter(([, annotatorId]) => annotatorId === null).map(entry) : [] };
+  return { entries: legs.map(entry), payout: { annotatorId: b.annotatorId, delta: payoutDelta } };
+}
+
 async function book(tx: PoolClient, b: AttemptBilling, legs: readonly [LedgerEntry['kind'], AnnotatorId | null][], payoutDelta: Money, actor: string | null): Promise<void> {
-  if (isMachine(b.annotatorId)) {
-    // A model's labels: the project side only (debit or refund), and nothing at all at a machine
-    // price of 0, since the ledger holds only money that moved.
-    if (b.amount > 0) await budgets.book(tx, legs.filter(([, annotatorId]) => annotatorId === null).map(([kind]) => ({ projectId: b.projectId, taskId: b.taskId, attempt: b.attempt, kind, annotatorId: null, amount: b.amount, actor })));
-    return;
-  }
-  await budgets.book(tx, legs.map(([kind, annotatorId]) => ({ projectId: b.projectId, taskId: b.taskId, attempt: b.attempt, kind, annotatorId, amount: b.amount, actor })));
+  const { entries, payout } = bookings(b, legs, payoutDelta, actor);
+  if (entries.length > 0) await budgets.book(tx, entries);
+  if (!payout) return;
   // A reversal only ever follows its credit, so the row exists; an upsert would not do here,
   // since its proposed row (a negative balance) fails the CHECK before ON CONFLICT is considered.
   const sql =
-    payoutDelta >= 0
+    payout.delta >= 0
       ? `INSERT INTO payouts (annotator_id, balance) VALUES ($1, $2)
          ON CONFLICT (annotator_id) DO UPDATE SET balance = payouts.balance + EXCLUDED.balance, updated_at = now()`
       : 'UPDATE payouts SET balance = balance + $2, updated_at = now() WHERE annotator_id = $1';
-  await tx.query(sql, [b.annotatorId, payoutDelta]);
+  await tx.query(sql, [payout.annotatorId, payout.delta]);
 }
 
 /** Compare-and-set on the billing's status: finding another status means a concurrent writer won. */

@@ -1,7 +1,7 @@
 import type { ProjectId, TaskId } from '@labelflow/contracts';
 import type { Queryable } from '@labelflow/service-kit';
 import type { LedgerEntry } from './ledger';
-import { appendLedger, listLedger, loadProject, lockProjects, pageLedger, saveBalance, type LedgerRecord } from './repository';
+import { appendLedger, listLedger, loadProject, loadProjectsForUpdate, pageLedger, saveBalance, saveBalances, type LedgerRecord } from './repository';
 import type { ProjectState } from './state';
 
 export { LedgerListPosition, type LedgerEntry, type LedgerRecord } from './repository';
@@ -15,12 +15,17 @@ export type ProjectBudget = Pick<ProjectState, 'projectId' | 'pricePerTask' | 'm
  * projects/ nothing of billing/.
  */
 export interface BudgetPort {
-  /** Locks the projects' rows in id order: a consumed batch does it up front, so batches sharing projects queue instead of deadlocking. */
-  lockAll(tx: Queryable, projectIds: readonly ProjectId[]): Promise<void>;
+  /**
+   * Locks the projects' rows in id order and reads their budgets: a consumed batch does it up front,
+   * so batches sharing projects queue instead of deadlocking. Missing projects are absent.
+   */
+  loadAll(tx: Queryable, projectIds: readonly ProjectId[]): Promise<Map<string, ProjectBudget>>;
   /** The project's budget, its row locked until commit; null when there is no such project. */
   load(tx: Queryable, projectId: ProjectId): Promise<ProjectBudget | null>;
   /** Saves the balance billing moved, by compare-and-set on the version it loaded (a lost race throws CONCURRENT_UPDATE). */
   move(tx: Queryable, before: ProjectBudget, after: ProjectBudget): Promise<void>;
+  /** Saves the balances a batch moved, one statement: per project, its budget as loaded and as it ended, and how many moves led there. */
+  moveAll(tx: Queryable, moves: readonly { readonly before: ProjectBudget; readonly after: ProjectBudget; readonly changes: number }[]): Promise<void>;
   /** Books the entries of a billing: a debit and its credit, or a refund and its reversal. */
   book(tx: Queryable, entries: readonly LedgerEntry[]): Promise<void>;
   /** A task's entries, in booking order. */
@@ -29,13 +34,18 @@ export interface BudgetPort {
   pageOfAnnotator: typeof pageLedger;
 }
 
+const budgetOf = (project: ProjectBudget): ProjectBudget => ({ projectId: project.projectId, pricePerTask: project.pricePerTask, machinePricePerTask: project.machinePricePerTask, balance: project.balance, version: project.version });
+
 export const budgets: BudgetPort = {
-  lockAll: lockProjects,
+  async loadAll(tx, projectIds) {
+    return new Map((await loadProjectsForUpdate(tx, projectIds)).map((p) => [p.projectId, budgetOf(p)]));
+  },
   async load(tx, projectId) {
     const project = await loadProject(tx, projectId, { forUpdate: true });
-    return project && { projectId: project.projectId, pricePerTask: project.pricePerTask, machinePricePerTask: project.machinePricePerTask, balance: project.balance, version: project.version };
+    return project && budgetOf(project);
   },
   move: (tx, before, after) => saveBalance(tx, after.projectId, after.balance, before.version),
+  moveAll: (tx, moves) => saveBalances(tx, moves.map(({ before, after, changes }) => ({ projectId: after.projectId, balance: after.balance, loadedVersion: before.version, changes }))),
   book: appendLedger,
   entriesOfTask: (db, taskId) => listLedger(db, { taskId }),
   pageOfAnnotator: pageLedger,

@@ -1,6 +1,6 @@
 import type { AnnotatorId, Money, ProjectId, TaskId } from '@labelflow/contracts';
 import { z } from 'zod';
-import { keysetPage, ServiceKitError, ServiceKitErrors, type Queryable } from '@labelflow/service-kit';
+import { keysetPage, pgArray, ServiceKitError, ServiceKitErrors, type Queryable } from '@labelflow/service-kit';
 import type { LedgerEntry, LedgerKind } from './ledger';
 import type { ProjectState, ProjectTotals } from './state';
 
@@ -114,11 +114,6 @@ export async function saveProject(tx: Queryable, previous: ProjectState | null, 
   if (next.balance !== previous.balance) await saveBalance(tx, next.projectId, next.balance, previous.version);
 }
 
-/** Locks the projects' rows in id order, so that transactions sharing projects queue instead of deadlocking. */
-export async function lockProjects(tx: Queryable, projectIds: readonly ProjectId[]): Promise<void> {
-  await tx.query('SELECT 1 FROM projects WHERE project_id = ANY($1::uuid[]) ORDER BY project_id FOR UPDATE', [projectIds]);
-}
-
 /** Compare-and-set on `version`; losing the race is a retriable conflict (consumer retries, HTTP 409). */
 export async function saveBalance(db: Queryable, projectId: ProjectId, balance: Money, previousVersion: number): Promise<void> {
   const result = await db.query('UPDATE projects SET balance = $2, version = version + 1 WHERE project_id = $1 AND version = $3', [projectId, balance, previousVersion]);
@@ -127,12 +122,39 @@ export async function saveBalance(db: Queryable, projectId: ProjectId, balance: 
   }
 }
 
+/** Appends the entries in one statement, in order (ids follow it). */
 export async function appendLedger(db: Queryable, entries: readonly LedgerEntry[]): Promise<void> {
-  for (const e of entries) {
-    await db.query(
-      'INSERT INTO ledger (project_id, task_id, attempt, kind, annotator_id, amount, actor) VALUES ($1, $2, $3, $4, $5, $6, $7)',
-      [e.projectId, e.taskId, e.attempt, e.kind, e.annotatorId, e.amount, e.actor],
-    );
+  if (entries.length === 0) return;
+  await db.query(
+    `INSERT INTO ledger (project_id, task_id, attempt, kind, annotator_id, amount, actor)
+     SELECT e.project_id, e.task_id, e.attempt, e.kind, e.annotator_id, e.amount, e.actor
+     FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (project_id uuid, task_id text, attempt int, kind text, annotator_id text, amount bigint, actor text)) WITH ORDINALITY AS e(project_id, task_id, attempt, kind, annotator_id, amount, actor, n)
+     ORDER BY e.n`,
+    [JSON.stringify(entries.map((e) => ({ project_id: e.projectId, task_id: e.taskId, attempt: e.attempt, kind: e.kind, annotator_id: e.annotatorId, amount: e.amount, actor: e.actor })))],
+  );
+}
+
+/** Locks the projects' rows in id order and reads them: a consumed batch's budgets, one statement. */
+export async function loadProjectsForUpdate(tx: Queryable, projectIds: readonly ProjectId[]): Promise<ProjectRecord[]> {
+  if (projectIds.length === 0) return [];
+  const { rows } = await tx.query<ProjectRow>('SELECT * FROM projects WHERE project_id = ANY($1::uuid[]) ORDER BY project_id FOR UPDATE', [pgArray(projectIds)]);
+  return rows.map(toProject);
+}
+
+/**
+ * Saves several projects' balances in one statement, each by compare-and-set on the version it was
+ * loaded with, bumped by the number of balance changes it saw (as one saveBalance per change would).
+ */
+export async function saveBalances(db: Queryable, moves: readonly { readonly projectId: ProjectId; readonly balance: Money; readonly loadedVersion: number; readonly changes: number }[]): Promise<void> {
+  if (moves.length === 0) return;
+  const result = await db.query(
+    `UPDATE projects p SET balance = u.balance, version = p.version + u.changes
+     FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::int[]) AS u(project_id, balance, loaded_version, changes)
+     WHERE p.project_id = u.project_id AND p.version = u.loaded_version`,
+    [pgArray(moves.map((m) => m.projectId)), pgArray(moves.map((m) => m.balance)), pgArray(moves.map((m) => m.loadedVersion)), pgArray(moves.map((m) => m.changes))],
+  );
+  if (result.rowCount !== moves.length) {
+    throw new ServiceKitError(ServiceKitErrors.CONCURRENT_UPDATE, `a project of ${moves.map((m) => m.projectId).join(', ')} changed concurrently`, { retriable: true });
   }
 }
 
