@@ -38,6 +38,18 @@ describe('billing-svc billing repository', () => {
       await saveBillingTask(tx, before, after);
       return after;
     });
+  /** The approval a consumed batch reads, as qa-svc publishes it. */
+  const qaPassedOf = (taskId: TaskId, projectId: ProjectId, annotatorId: AnnotatorId): DomainEvent => ({
+    id: freshSnowflake() as EventId,
+    type: 'QaPassed',
+    version: 1,
+    taskId,
+    projectId,
+    attempt: 1,
+    occurredAt: new Date().toISOString(),
+    producer: 'qa-svc',
+    payload: { annotatorId, reviewerId: reviewer },
+  });
   const ledgerOf = async (taskId: TaskId) => (await listLedger(pool, { taskId })).map((e) => [e.kind, e.annotatorId, e.amount, e.actor]);
   /** Resolves once a session of this test's database waits for a lock another transaction holds. */
   const someoneWaitsForALock = () =>
@@ -164,17 +176,7 @@ describe('billing-svc billing repository', () => {
     const projectId = await newProject();
     const annotatorId = newAnnotator();
     const tasks = [newTaskId(), newTaskId()];
-    const qaPassed = (taskId: TaskId): DomainEvent => ({
-      id: freshSnowflake() as EventId,
-      type: 'QaPassed',
-      version: 1,
-      taskId,
-      projectId,
-      attempt: 1,
-      occurredAt: new Date().toISOString(),
-      producer: 'qa-svc',
-      payload: { annotatorId, reviewerId: reviewer },
-    });
+    const qaPassed = (taskId: TaskId) => qaPassedOf(taskId, projectId, annotatorId);
     const [opened, commit] = [latch(), latch()];
     const batch = withTransaction(pool, async (tx) => {
       const states = await billingBatchStore.open(tx, tasks.map(qaPassed));
@@ -204,17 +206,7 @@ describe('billing-svc billing repository', () => {
     const projectId = await newProject();
     const annotatorId = newAnnotator();
     const [kept, undone] = [newTaskId(), newTaskId()];
-    const qaPassed = (taskId: TaskId): DomainEvent => ({
-      id: freshSnowflake() as EventId,
-      type: 'QaPassed',
-      version: 1,
-      taskId,
-      projectId,
-      attempt: 1,
-      occurredAt: new Date().toISOString(),
-      producer: 'qa-svc',
-      payload: { annotatorId, reviewerId: reviewer },
-    });
+    const qaPassed = (taskId: TaskId) => qaPassedOf(taskId, projectId, annotatorId);
     const refunded: Draft = { type: 'BillingRefunded', version: 1, taskId: undone, projectId, attempt: 1, payload: { annotatorId, amount: price, reason: 'TASK_CANCELLED', refundedBy: 'manager-1' } };
     await withTransaction(pool, async (tx) => {
       const states = await billingBatchStore.open(tx, [qaPassed(undone), qaPassed(kept)]);
