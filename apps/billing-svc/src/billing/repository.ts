@@ -38,8 +38,6 @@ export async function listBillings(db: Queryable, taskId: TaskId): Promise<Billi
 export interface PayoutRows {
   /** The approved annotator of a QaPassed (who may be paid). */
   readonly annotators?: readonly AnnotatorId[];
-  /** A batch created and locked these rows up front already: read them, without inserting. */
-  readonly locked?: boolean;
 }
 
 /**
@@ -55,7 +53,7 @@ export async function loadBillingTask(tx: PoolClient, taskId: TaskId, projectHin
   const projectId = billings[0]?.projectId ?? projectHint;
   const project = projectId ? await budgets.load(tx, projectId) : null;
   const annotators = [...(payoutRows.annotators ?? []), ...billings.map((b) => b.annotatorId)].filter((a) => !isMachine(a));
-  if (!payoutRows.locked) await ensurePayoutRows(tx, annotators);
+  await ensurePayoutRows(tx, annotators);
   const payouts = await lockPayouts(tx, annotators);
   const mark = marks[0];
   return { ...emptyBilling(taskId, project, payouts), billings, cancelled: mark?.cancelled_at != null, latestAttempt: mark?.latest_attempt ?? 1 };
