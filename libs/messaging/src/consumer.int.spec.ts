@@ -238,7 +238,11 @@ describe('the consumer loop', () => {
     const lag = async () => metricValue(await metrics.render(), 'consumer_lag_messages', { group: t.groupId, topic: t.topic, partition: '0' });
     try {
       await send(t.topic, [1]);
+      const sentOne = Date.now();
       await eventually(() => expect(applied).toEqual([1]));
+      // Caught up past 1 before 2 and 3 exist: otherwise every probe could postdate them, and
+      // "undefined" would not tell a group held at 2 from one no probe has seen yet.
+      await eventually(() => expect(loop.caughtUpTo() ?? 0).toBeGreaterThan(sentOne));
       await send(t.topic, [2, 3]);
       // Acknowledged by now: a probe taken from here on sees them below its high watermarks.
       const acknowledged = Date.now();

@@ -1,4 +1,4 @@
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { z } from 'zod';
 import { can, installAuth, Permission, type AuthHookOptions } from '@labelflow/auth';
 import type { ErrorBody } from '@labelflow/contracts';
@@ -102,7 +102,7 @@ export function createHttpApp({ logger, readiness, metrics, auth, bodyLimit = 1_
     loggerInstance: logger.child({ component: 'http' }) as FastifyBaseLogger,
     // One access line per request (below) instead of fastify's two: each line is a synchronous
     // write, and at a few hundred requests a second the second line was pure cost.
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit,
     // Errors fastify raises before routing (a malformed URL) skip setErrorHandler; same body shape.
     frameworkErrors: (error, _request, reply) => void (reply as FastifyReply).status(400).send(errorBody('BAD_REQUEST', error.message)),
@@ -196,7 +196,10 @@ export interface MetricsAppDeps {
  * scrapers carry no bearer token, and the main port keeps asking for a platform admin.
  */
 export function createMetricsApp({ logger, metrics }: MetricsAppDeps): FastifyInstance {
-  const app: FastifyInstance = Fastify({ loggerInstance: logger.child({ component: 'metrics-http' }) as FastifyBaseLogger, disableRequestLogging: true });
+  const app: FastifyInstance = Fastify({
+    loggerInstance: logger.child({ component: 'metrics-http' }) as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+  });
   app.get('/metrics', async (_request, reply) => reply.type(metrics.registry.contentType).send(await metrics.render()));
   app.setNotFoundHandler((request, reply) => reply.status(404).send(errorBody('NOT_FOUND', `no route ${request.method} ${request.url}; this port serves GET /metrics`)));
   return app;
