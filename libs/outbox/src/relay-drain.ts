@@ -75,7 +75,7 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     }
     let bytes = 0;
     for (const r of rows) {
-      const message: PublishedMessage = { topic: r.topic, key: r.message_key, value: JSON.stringify(r.payload), headers: r.headers };
+      const message: PublishedMessage = { topic: r.topic, key: r.message_key, value: r.payload, headers: r.headers };
       const size = sizeOf(message);
       bytes += size;
       window.push({ id: r.id, message, bytes: size, held: r.held });

@@ -8,7 +8,8 @@ export interface ReadRow {
   id: string;
   topic: string;
   message_key: string;
-  payload: unknown;
+  /** The payload's JSON text, as PostgreSQL prints jsonb: parsing it to print it again cost the relay more than the read. */
+  payload: string;
   headers: Record<string, string>;
   /** An earlier row of the same key is parked (failed_at set): this one must not overtake it. */
   held: boolean;
@@ -48,7 +49,7 @@ WITH head AS MATERIALIZED (
          (SELECT max(id) FROM fresh WHERE bytes_before < $2) AS last,
          ${parkable ? 'EXISTS (SELECT 1 FROM outbox WHERE failed_at IS NOT NULL)' : 'false'} AS any_parked
 )
-SELECT o.id, o.topic, o.message_key, o.payload, o.headers,
+SELECT o.id, o.topic, o.message_key, o.payload::text AS payload, o.headers,
        ${parkable ? '(SELECT any_parked FROM cut) AND EXISTS (SELECT 1 FROM outbox f WHERE f.failed_at IS NOT NULL AND f.message_key = o.message_key AND f.id < o.id)' : 'false'} AS held,
        (SELECT fetched FROM cut) AS fetched, (SELECT behind FROM cut) AS behind
 FROM outbox o

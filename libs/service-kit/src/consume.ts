@@ -190,7 +190,7 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
     await withTransaction(deps.pool, async (tx) => {
       const inserted = await recordManyInInbox(
         tx,
-        fresh.map(({ delivery: { event, meta }, key }) => ({ ...key, eventId: event.id, source: meta.source })),
+        fresh.map(({ delivery: { event, meta }, key }) => ({ taskId: key.taskId, eventType: key.eventType, attempt: key.attempt, eventId: event.id, source: meta.source })),
       );
       const toApply: Fresh[] = [];
       for (const f of fresh) {

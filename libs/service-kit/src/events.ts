@@ -50,6 +50,16 @@ function checked(event: DomainEvent): DomainEvent {
   throw new ServiceKitError(ServiceKitErrors.EVENT_INVALID, `${event.type} does not match its schema: ${problems.join('; ')}`, { details: problems });
 }
 
+/**
+ * A draft with the shell's stamps: the envelope spelt out field by field, which costs V8 a
+ * fraction of what `{ ...draft, id, occurredAt, producer }` does (see emitMany's headers).
+ */
+function stamp(d: EventDraft, id: EventId, occurredAt: string, producer: RuntimeName, causationId: string | undefined): DomainEvent {
+  const e = { id, type: d.type, version: d.version, taskId: d.taskId, projectId: d.projectId, attempt: d.attempt, occurredAt, producer, payload: d.payload } as Record<string, unknown>;
+  if (causationId) e['causationId'] = causationId;
+  return e as unknown as DomainEvent;
+}
+
 /** Stamps drafts into full events and appends them to the outbox inside the caller's transaction. */
 export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly emitMany: EmitMany } {
   const topics = new Map<string, string>();
@@ -68,16 +78,14 @@ export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly e
         // Ids come synchronously while the generator has them: no await per outgoing event.
         const next = deps.newId();
         const id = (typeof next === 'string' ? next : await next) as EventId;
-        const e = checked((causationId ? { ...d, id, occurredAt, producer: deps.producer, causationId } : { ...d, id, occurredAt, producer: deps.producer }) as DomainEvent);
+        const e = checked(stamp(d, id, occurredAt, deps.producer, causationId));
         events.push(e);
-        messages.push({
-          topic: topicOfType(e.type),
-          key: e.taskId,
-          eventId: e.id,
-          eventType: e.type,
-          payload: e,
-          headers: { ...trace, 'event-type': e.type, 'event-version': String(e.version) },
-        });
+        // Not `{ ...trace, 'event-type': … }`: V8 (Node 20) takes a slow path, microseconds per
+        // object, for a spread followed by properties the source lacks; this runs per event.
+        const headers: Record<string, string> = Object.assign({}, trace);
+        headers['event-type'] = e.type;
+        headers['event-version'] = String(e.version);
+        messages.push({ topic: topicOfType(e.type), key: e.taskId, eventId: e.id, eventType: e.type, payload: e, headers });
       }
     }
     await enqueue(tx, deps.channel, messages);
