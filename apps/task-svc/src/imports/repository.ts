@@ -1,5 +1,5 @@
 import type { ProjectId } from '@labelflow/contracts';
-import type { Queryable } from '@labelflow/service-kit';
+import { pgArray, type Queryable } from '@labelflow/service-kit';
 import type { CreatedTask, ImportJob, ImportStatus, LineError, Progress } from './decide';
 
 interface ImportRow {
@@ -106,7 +106,14 @@ export async function insertImportedTasks(tx: Queryable, projectId: ProjectId, t
      ORDER BY u.n
      ON CONFLICT (project_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
      RETURNING task_id`,
-    [projectId, sorted.map((t) => t.taskId), sorted.map((t) => t.title), sorted.map((t) => t.dataUri), sorted.map((t) => t.taskNumber), sorted.map((t) => t.externalId)],
+    [
+      projectId,
+      pgArray(sorted.map((t) => t.taskId)),
+      pgArray(sorted.map((t) => t.title)),
+      pgArray(sorted.map((t) => t.dataUri)),
+      pgArray(sorted.map((t) => t.taskNumber)),
+      pgArray(sorted.map((t) => t.externalId)),
+    ],
   );
   const created = new Set(rows.map((r) => r.task_id));
   return tasks.filter((t) => created.has(t.taskId));
