@@ -5,10 +5,11 @@ import { createEmitter, type EventDraft } from './events';
 /** Records the statements the outbox would run; the emitter's checks are pure logic. */
 const recordingTx = () => {
   const statements: string[] = [];
-  const tx: Queryable = { query: async (sql: string) => (statements.push(sql), { rows: [], rowCount: 0 }) };
-  return { tx, statements };
+  const params: unknown[][] = [];
+  const tx: Queryable = { query: async (sql: string, values?: unknown[]) => (statements.push(sql), params.push(values ?? []), { rows: [], rowCount: 0 }) };
+  return { tx, statements, params };
 };
-const { emit } = createEmitter({ producer: 'task-svc', topicPrefix: 'lf', channel: 'outbox', now: () => new Date('2026-01-01T00:00:00Z'), newId: () => '7391122347129815040' });
+const { emit, emitMany } = createEmitter({ producer: 'task-svc', topicPrefix: 'lf', channel: 'outbox', now: () => new Date('2026-01-01T00:00:00Z'), newId: () => '7391122347129815040' });
 const cancelled = (cancelledBy: string): EventDraft =>
   ({
     type: 'TaskCancelled',
@@ -25,6 +26,39 @@ describe('service-kit: createEmitter', () => {
     const [event] = await emit(tx, [cancelled('ops')], 'key-1');
     expect(event).toMatchObject({ id: '7391122347129815040', producer: 'task-svc', occurredAt: '2026-01-01T00:00:00.000Z', causationId: 'key-1' });
     expect(statements.some((s) => s.includes('INSERT INTO outbox'))).toBe(true);
+  });
+
+  it('writes exactly the envelope, the causation only when there is one, and the trace beside the type and version headers', async () => {
+    const { tx, params } = recordingTx();
+    const stray = { ...cancelled('ops'), note: 'not part of the contract' } as EventDraft;
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    const [caused, uncaused] = await emitMany(tx, [
+      { drafts: [stray], causationId: 'key-1', trace: { traceparent } },
+      { drafts: [cancelled('ops')], trace: {} },
+    ]);
+    const envelope = {
+      id: '7391122347129815040',
+      type: 'TaskCancelled',
+      version: 1,
+      taskId: '7391122347125620736',
+      projectId: '22222222-2222-4222-8222-222222222222',
+      attempt: 1,
+      occurredAt: '2026-01-01T00:00:00.000Z',
+      producer: 'task-svc',
+      payload: { reason: 'withdrawn', cancelledBy: 'ops', previousStatus: 'open' },
+    };
+    expect(Object.keys(caused!).sort()).toEqual([...Object.keys(envelope), 'causationId'].sort());
+    expect(caused).toEqual({ ...envelope, causationId: 'key-1' });
+    expect(Object.keys(uncaused!).sort()).toEqual(Object.keys(envelope).sort());
+    const rows = JSON.parse(params[0]![0] as string) as { k: string; y: string; h: Record<string, string> }[];
+    expect(rows.map((r) => r.h)).toEqual([
+      { traceparent, 'event-type': 'TaskCancelled', 'event-version': '1' },
+      { 'event-type': 'TaskCancelled', 'event-version': '1' },
+    ]);
+    expect(rows.map((r) => [r.k, r.y])).toEqual([
+      ['7391122347125620736', 'TaskCancelled'],
+      ['7391122347125620736', 'TaskCancelled'],
+    ]);
   });
 
   it('refuses an event its consumers could not read, and appends nothing', async () => {
