@@ -94,6 +94,20 @@ export interface KafkaPublisher {
 }
 
 /**
+ * A message as the publisher hands it to kafkajs, which encodes each one as
+ * `Record({ ...message, offsetDelta: i, timestampDelta })`. V8 (Node 20) runs a spread followed by
+ * properties the source lacks on a slow path: 2.8 µs per message, against 0.05 µs when both are
+ * already there and the spread only overwrites them. kafkajs sets both itself: the zeros are never sent.
+ */
+interface KafkaRecord {
+  readonly key: string;
+  readonly value: string;
+  readonly headers: Record<string, string>;
+  readonly offsetDelta: 0;
+  readonly timestampDelta: 0;
+}
+
+/**
  * An idempotent producer (acks=all, one request in flight): broker-side retries never duplicate or
  * reorder a partition's messages. Duplicates from a relay crash are the consumers' dedup's job.
  *
@@ -107,13 +121,6 @@ export interface KafkaPublisher {
  */
 export function createPublisher(kafka: Kafka): KafkaPublisher {
   const make = () => kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
-  /**
-   * kafkajs encodes each message as `Record({ ...message, offsetDelta: i, timestampDelta })`. V8
-   * (Node 20) runs a spread followed by properties the source lacks on a slow path: 2.8 µs per
-   * message, against 0.05 µs when both properties are already there and the spread only overwrites
-   * them. kafkajs sets both itself, so the zeros here are never sent.
-   */
-  type KafkaRecord = { key: string; value: string; headers: Record<string, string>; offsetDelta: number; timestampDelta: number };
   let producer = make();
   let stale = false;
   return {

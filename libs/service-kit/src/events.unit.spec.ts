@@ -30,7 +30,7 @@ describe('service-kit: createEmitter', () => {
 
   it('writes exactly the envelope, the causation only when there is one, and the trace beside the type and version headers', async () => {
     const { tx, params } = recordingTx();
-    const stray = { ...cancelled('ops'), note: 'not part of the contract' } as EventDraft;
+    const stray = { ...cancelled('ops'), note: 'not part of the contract' } as unknown as EventDraft;
     const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
     const [caused, uncaused] = await emitMany(tx, [
       { drafts: [stray], causationId: 'key-1', trace: { traceparent } },
