@@ -647,14 +647,17 @@ async function main(): Promise<number> {
   const relayRatio = relay.length > 0 ? median(relay.map((r) => r.vsPipeline)) : NaN;
   const range = (xs: readonly number[]) => `${fmtRate(Math.min(...xs))}–${fmtRate(Math.max(...xs))}`;
   const met = (value: number, target: number) => (!Number.isFinite(value) ? 'n/a' : value >= target ? 'yes' : 'no');
+  // Node CPU per item moves less than the rates on a busy or noisy host: the figure to compare
+  // between runs of different code.
+  const cpuPer = (xs: readonly { readonly cpuUs: number; readonly items: number }[]) => median(xs.map((x) => x.cpuUs / x.items)).toFixed(1);
   const table = [
-    `| Contender | Events/s, median of ${R} | Range (min–max) | Ratio to raw | Target | Met? |`,
-    '|---|---:|---:|---:|---|---|',
-    `| Raw kafkajs consumer (no-op eachBatch, resolves offsets) | ${fmtRate(rawMedian)} | ${range(raw.map((r) => r.rate))} | 1.00x | ceiling | — |`,
-    `| Pipeline: consumer loop + exactly-once shell + qa-svc reviewConsumer${incorrect.length > 0 ? ' (**INCORRECT RESULTS**)' : ''} | ${fmtRate(pipeMedian)} | ${range(pipeline.map((r) => r.rate))} | ${fmtX(pipeRatio)} | ≥ ${PIPELINE_TARGET}x raw | ${met(pipeRatio, PIPELINE_TARGET)} |`,
+    `| Contender | Events/s, median of ${R} | Range (min–max) | Ratio to raw | Node CPU µs per event, median | Target | Met? |`,
+    '|---|---:|---:|---:|---:|---|---|',
+    `| Raw kafkajs consumer (no-op eachBatch, resolves offsets) | ${fmtRate(rawMedian)} | ${range(raw.map((r) => r.rate))} | 1.00x | ${cpuPer(raw.map((r) => ({ cpuUs: r.timed.nodeCpuUs, items: N })))} | ceiling | — |`,
+    `| Pipeline: consumer loop + exactly-once shell + qa-svc reviewConsumer${incorrect.length > 0 ? ' (**INCORRECT RESULTS**)' : ''} | ${fmtRate(pipeMedian)} | ${range(pipeline.map((r) => r.rate))} | ${fmtX(pipeRatio)} | ${cpuPer(pipeline.map((p) => ({ cpuUs: p.run.timed.nodeCpuUs, items: N })))} | ≥ ${PIPELINE_TARGET}x raw | ${met(pipeRatio, PIPELINE_TARGET)} |`,
     relay.length > 0
-      ? `| Outbox relay (rows/s, ${DISTINCT} rows per round) | ${fmtRate(relayMedian)} | ${range(relay.map((r) => r.rate))} | ${fmtX(relayMedian / rawMedian)} (${fmtX(relayRatio)} pipeline) | ≥ ${RELAY_TARGET}x pipeline | ${met(relayRatio, RELAY_TARGET)} |`
-      : '| Outbox relay | did not run | — | — | — | — |',
+      ? `| Outbox relay (rows/s, ${DISTINCT} rows per round) | ${fmtRate(relayMedian)} | ${range(relay.map((r) => r.rate))} | ${fmtX(relayMedian / rawMedian)} (${fmtX(relayRatio)} pipeline) | ${cpuPer(relay.map((r) => ({ cpuUs: r.run.nodeCpuUs, items: r.run.rows })))} per row | ≥ ${RELAY_TARGET}x pipeline | ${met(relayRatio, RELAY_TARGET)} |`
+      : '| Outbox relay | did not run | — | — | — | — | — |',
   ].join('\n');
   console.log('\n' + table + '\n');
   console.log(
