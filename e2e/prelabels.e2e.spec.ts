@@ -141,8 +141,11 @@ describe('machine pre-labels', () => {
     await review(stack, taskId, 'approve');
     await waitForStatus(stack, taskId, 'completed');
 
-    const labels = await stack.http('label-svc').get<{ labels: { attempt: number; annotatorId: string; status: string }[] }>(`/tasks/${taskId}/labels`);
-    expect(labels.body.labels).toMatchObject([{ attempt: 1, annotatorId: MACHINE, status: 'accepted' }]);
+    // Accepted when label-svc's own consumer reads the QA verdict, which task-svc's completion does not wait for.
+    await eventually(async () => {
+      const labels = await stack.http('label-svc').get<{ labels: { attempt: number; annotatorId: string; status: string }[] }>(`/tasks/${taskId}/labels`);
+      expect(labels.body.labels).toMatchObject([{ attempt: 1, annotatorId: MACHINE, status: 'accepted' }]);
+    });
     expect((await prelabelsOf(taskId)).body.prelabels.map((p) => [p.model.version, p.autoSubmitted])).toEqual([['2.0', false], ['2.1', true]]);
     const ledger = await queryRows<{ kind: string; amount: string; annotator_id: string | null }>(stack.databases['billing-svc'], 'SELECT kind, amount, annotator_id FROM ledger WHERE task_id = $1 ORDER BY id', [taskId]);
     expect(ledger.map((e) => [e.kind, Number(e.amount), e.annotator_id])).toEqual([['debit', MACHINE_PRICE, null]]);

@@ -110,7 +110,9 @@ describe('traces through a real OTLP receiver', () => {
       expect(res.body.status).toBe('completed');
     }, { timeoutMs: 60_000 });
 
-    // The last events (TaskCompleted, the reactions to BillingCompleted) are exported shortly after.
+    // The last events (TaskCompleted, the reactions to BillingCompleted) are exported shortly after,
+    // and each service exports on its own timer: a service's spans may reach the receiver after a
+    // later service's. So the whole trace is checked again until it is complete or the time is up.
     const ofTask = (s: ReceivedSpan) => s.attributes['labelflow.task_id'] === taskId;
     const has = (service: string, kind: number, name: string) => receiver.spans.some((s) => ofTask(s) && s.service === service && s.kind === kind && s.name === name);
     await eventually(
@@ -118,38 +120,37 @@ describe('traces through a real OTLP receiver', () => {
         expect(has('task-svc', PRODUCER, 'publish TaskCompleted')).toBe(true);
         expect(has('label-svc', CONSUMER, 'process BillingCompleted')).toBe(true);
         expect(has('qa-svc', CONSUMER, 'process BillingCompleted')).toBe(true);
+        const saga = receiver.spans.filter(ofTask);
+        // Every span that names the task is in the one trace.
+        expect([...new Set(saga.map((s) => s.traceId))]).toEqual([traceId]);
+        expect(new Set(saga.map((s) => s.service))).toEqual(new Set(['task-svc', 'label-svc', 'qa-svc', 'billing-svc']));
+
+        // Each kind of span exists, with the task id, where the saga puts it.
+        expect(has('task-svc', SERVER, 'POST /tasks')).toBe(true);
+        expect(has('task-svc', SERVER, 'POST /tasks/:taskId/claim')).toBe(true);
+        expect(has('label-svc', SERVER, 'POST /tasks/:taskId/labels')).toBe(true);
+        expect(has('qa-svc', SERVER, 'POST /reviews/:taskId')).toBe(true);
+        expect(has('label-svc', CONSUMER, 'process TaskAssigned')).toBe(true);
+        expect(has('qa-svc', CONSUMER, 'process LabelSubmitted')).toBe(true);
+        expect(has('qa-svc', PRODUCER, 'publish QaStarted')).toBe(true);
+        expect(has('billing-svc', CONSUMER, 'process QaPassed')).toBe(true);
+        expect(has('billing-svc', PRODUCER, 'publish BillingCompleted')).toBe(true);
+        expect(has('task-svc', CONSUMER, 'process BillingCompleted')).toBe(true);
+        for (const service of ['task-svc', 'label-svc', 'qa-svc']) expect(saga.some((s) => s.service === service && s.name === 'db transaction'), `${service} transaction span`).toBe(true);
+        const billing = saga.find((s) => s.service === 'billing-svc' && s.name === 'publish BillingCompleted');
+        expect(billing?.attributes).toMatchObject({ 'labelflow.project_id': projectId, 'labelflow.attempt': 1, 'labelflow.event_type': 'BillingCompleted' });
+
+        // One tree: in the trace, every span's parent was exported too, but for the client's own span.
+        const trace = receiver.spans.filter((s) => s.traceId === traceId);
+        const ids = new Set(trace.map((s) => s.spanId));
+        const orphans = trace.filter((s) => !ids.has(s.parentSpanId) && s.parentSpanId !== clientSpanId);
+        expect(orphans.map((s) => `${s.service} ${s.name}`)).toEqual([]);
+        // The billing-svc consumer hangs under qa-svc's publish of QaPassed: the trace crossed Kafka.
+        const qaPassedConsumed = trace.find((s) => s.service === 'billing-svc' && s.name === 'process QaPassed');
+        const parent = trace.find((s) => s.spanId === qaPassedConsumed?.parentSpanId);
+        expect(parent).toMatchObject({ service: 'qa-svc', name: 'publish QaPassed', kind: PRODUCER });
       },
       { timeoutMs: 30_000, intervalMs: 250 },
     );
-
-    const saga = receiver.spans.filter(ofTask);
-    // Every span that names the task is in the one trace.
-    expect([...new Set(saga.map((s) => s.traceId))]).toEqual([traceId]);
-    expect(new Set(saga.map((s) => s.service))).toEqual(new Set(['task-svc', 'label-svc', 'qa-svc', 'billing-svc']));
-
-    // Each kind of span exists, with the task id, where the saga puts it.
-    expect(has('task-svc', SERVER, 'POST /tasks')).toBe(true);
-    expect(has('task-svc', SERVER, 'POST /tasks/:taskId/claim')).toBe(true);
-    expect(has('label-svc', SERVER, 'POST /tasks/:taskId/labels')).toBe(true);
-    expect(has('qa-svc', SERVER, 'POST /reviews/:taskId')).toBe(true);
-    expect(has('label-svc', CONSUMER, 'process TaskAssigned')).toBe(true);
-    expect(has('qa-svc', CONSUMER, 'process LabelSubmitted')).toBe(true);
-    expect(has('qa-svc', PRODUCER, 'publish QaStarted')).toBe(true);
-    expect(has('billing-svc', CONSUMER, 'process QaPassed')).toBe(true);
-    expect(has('billing-svc', PRODUCER, 'publish BillingCompleted')).toBe(true);
-    expect(has('task-svc', CONSUMER, 'process BillingCompleted')).toBe(true);
-    for (const service of ['task-svc', 'label-svc', 'qa-svc']) expect(saga.some((s) => s.service === service && s.name === 'db transaction'), `${service} transaction span`).toBe(true);
-    const billing = saga.find((s) => s.service === 'billing-svc' && s.name === 'publish BillingCompleted');
-    expect(billing?.attributes).toMatchObject({ 'labelflow.project_id': projectId, 'labelflow.attempt': 1, 'labelflow.event_type': 'BillingCompleted' });
-
-    // One tree: in the trace, every span's parent was exported too, but for the client's own span.
-    const trace = receiver.spans.filter((s) => s.traceId === traceId);
-    const ids = new Set(trace.map((s) => s.spanId));
-    const orphans = trace.filter((s) => !ids.has(s.parentSpanId) && s.parentSpanId !== clientSpanId);
-    expect(orphans.map((s) => `${s.service} ${s.name}`)).toEqual([]);
-    // The billing-svc consumer hangs under qa-svc's publish of QaPassed: the trace crossed Kafka.
-    const qaPassedConsumed = trace.find((s) => s.service === 'billing-svc' && s.name === 'process QaPassed');
-    const parent = trace.find((s) => s.spanId === qaPassedConsumed?.parentSpanId);
-    expect(parent).toMatchObject({ service: 'qa-svc', name: 'publish QaPassed', kind: PRODUCER });
   });
 });
