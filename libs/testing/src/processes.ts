@@ -37,7 +37,9 @@ const MAX_LOG = 2_000_000;
  * it does only after its database, topics, relay and consumer are up.
  */
 export function startServiceProcess<N extends ProcessName = ServiceName>(name: N, env: Record<string, string>, { timeoutMs = 60_000 } = {}): Promise<ServiceProcess<N>> {
-  const child = spawn(process.execPath, ['--enable-source-maps', `dist/apps/${name}/main.js`], {
+  // LABELFLOW_CPU_PROF_DIR: every service a test or bench starts writes a V8 CPU profile there when it exits.
+  const profile = process.env['LABELFLOW_CPU_PROF_DIR'] ? ['--cpu-prof', `--cpu-prof-dir=${process.env['LABELFLOW_CPU_PROF_DIR']}`] : [];
+  const child = spawn(process.execPath, ['--enable-source-maps', ...profile, `dist/apps/${name}/main.js`], {
     cwd: repoRoot,
     env: { ...process.env, LOG_LEVEL: 'info', ...env, PORT: '0', HOST: '127.0.0.1' },
     stdio: ['ignore', 'pipe', 'pipe'],
