@@ -227,8 +227,8 @@ describe('label-svc: the assignment lease', () => {
 });
 
 describe('label-svc: a reopened task supersedes unreviewed labels', () => {
-  it('voids the submitted labels of the older attempt as SUPERSEDED when the task is reopened', () => {
-    const { decision, state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice)), taskReopened(2, alice, 'QA_TIMED_OUT'));
+  it('voids the submitted labels of the older attempt as SUPERSEDED when the task is reopened because the lease expired', () => {
+    const { decision, state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice)), taskReopened(2, alice, 'LEASE_EXPIRED'));
 
     expect(decision).toEqual({ ok: true, events: [] });
     expect(statuses(state)).toEqual([[1, 'voided', 'SUPERSEDED']]);
@@ -250,14 +250,31 @@ describe('label-svc: a reopened task supersedes unreviewed labels', () => {
     expect(statuses(refundedToo.state)).toEqual([[1, 'voided', 'SUPERSEDED']]);
   });
 
-  it('keeps superseded labels voided when their QaRejected arrives after the reopen', () => {
-    const before = given(taskAssigned(alice), labelSubmitted(alice), taskReopened(2));
+  it('ends the labels rejected whichever of QaRejected and the reopen it caused arrives first (they travel on different topics)', () => {
+    const verdictFirst = given(taskAssigned(alice), labelSubmitted(alice), qaRejected(1), taskReopened(2, alice, 'QA_REJECTED'));
+    const reopenFirst = given(taskAssigned(alice), labelSubmitted(alice), taskReopened(2, alice, 'QA_REJECTED'));
 
-    const { decision, state } = whenObserved(before, qaRejected(1));
+    expect(statuses(reopenFirst)).toEqual([[1, 'rejected', null]]);
+    const late = whenObserved(reopenFirst, qaRejected(1));
+    expect(late.decision).toEqual({ ok: true, events: [] });
+    expect(statuses(late.state)).toEqual(statuses(verdictFirst));
+    expect(statuses(verdictFirst)).toEqual([[1, 'rejected', null]]);
+  });
 
-    expect(rejectionCode(decision)).toBe('LABEL_VOIDED');
+  it('ends the labels voided as QA_TIMED_OUT whichever of QaTimedOut and the reopen it caused arrives first', () => {
+    const verdictFirst = given(taskAssigned(alice), labelSubmitted(alice), qaTimedOut(1), taskReopened(2, alice, 'QA_TIMED_OUT'));
+    const reopenFirst = given(taskAssigned(alice), labelSubmitted(alice), taskReopened(2, alice, 'QA_TIMED_OUT'));
+
+    const late = whenObserved(reopenFirst, qaTimedOut(1));
+    expect(rejectionCode(late.decision)).toBe('LABEL_VOIDED');
+    expect(statuses(late.state)).toEqual([[1, 'voided', 'QA_TIMED_OUT']]);
+    expect(statuses(verdictFirst)).toEqual([[1, 'voided', 'QA_TIMED_OUT']]);
+  });
+
+  it('voids accepted labels as SUPERSEDED even when the reopen names a rejection: a verdict never flips', () => {
+    const { state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice), qaPassed(1)), taskReopened(2, alice, 'QA_REJECTED'));
+
     expect(statuses(state)).toEqual([[1, 'voided', 'SUPERSEDED']]);
-    expect(statuses(givenFrom(before, qaRejected(1)))).toEqual([[1, 'voided', 'SUPERSEDED']]);
   });
 
   it('voids billed labels of an attempt as SUPERSEDED when billing refunds it as superseded', () => {
@@ -412,7 +429,7 @@ describe('label-svc: billing outcomes', () => {
   });
 
   it('does not revive labels voided for another reason when billing completes', () => {
-    const before = given(taskAssigned(alice), labelSubmitted(alice), taskReopened(2));
+    const before = given(taskAssigned(alice), labelSubmitted(alice), taskReopened(2, alice, 'LEASE_EXPIRED'));
 
     const { decision, state } = whenObserved(before, billingCompleted(1));
 

@@ -98,6 +98,22 @@ const onAttempt = (attempt: number, change: (label: Label) => Label) => (label: 
 /** True when a billing failure voided the label: the one void a later successful billing undoes. */
 export const voidedByBilling = (label: Label): boolean => label.status === LabelStatus.voided && label.voidReason === VoidReason.billingFailed;
 
+/**
+ * What a reopen leaves of an older attempt's labels. The reopen names why the attempt ended, and it
+ * may reach label-svc before the QA verdict that caused it (they travel on different topics): so the
+ * labels end as that verdict would leave them, whichever arrives first. Otherwise the attempt is
+ * over: labels never reviewed will never be, and accepted ones are paid for by no one (billing
+ * refunds or refuses a superseded attempt; it never keeps it).
+ */
+function endedByReopen(label: Label, event: Pick<TaskReopened, 'payload'>): Label {
+  if (label.status !== LabelStatus.submitted && label.status !== LabelStatus.accepted) return label;
+  if (label.attempt === event.payload.previousAttempt) {
+    if (event.payload.reason === 'QA_REJECTED' && label.status === LabelStatus.submitted) return toStatus(label, LabelStatus.rejected);
+    if (event.payload.reason === 'QA_TIMED_OUT') return toVoided(label, VoidReason.qaTimedOut);
+  }
+  return toVoided(label, VoidReason.superseded);
+}
+
 export function evolve(state: LabelTaskState, event: LabelStateEvent): LabelTaskState {
   // A cancelled task is a tombstone: nothing that arrives later can revive or change it.
   if (state.cancelled) return state;
@@ -114,9 +130,7 @@ export function evolve(state: LabelTaskState, event: LabelStateEvent): LabelTask
       const current = state.assignment;
       if (current && event.attempt <= current.attempt) return state;
       const reopened = { ...state, assignment: { projectId: event.projectId, attempt: event.attempt, annotatorId: null, leaseExpiresAt: null, version: current?.version ?? 0 } };
-      // The attempt is over: labels never reviewed will never be, and accepted ones are paid for by
-      // no one (billing refunds or refuses a superseded attempt; it never keeps it).
-      return updateLabels(reopened, (l) => (l.attempt < event.attempt && (l.status === LabelStatus.submitted || l.status === LabelStatus.accepted) ? toVoided(l, VoidReason.superseded) : l));
+      return updateLabels(reopened, (l) => (l.attempt < event.attempt ? endedByReopen(l, event) : l));
     }
     case 'TaskCancelled': {
       const current = state.assignment;
