@@ -184,7 +184,7 @@ function createPendingWrites(projects: Map<string, ProjectBudget>, payouts: Map<
         const rows = [...marks];
         await tx.query(
           `UPDATE billing_tasks t SET latest_attempt = u.latest_attempt, cancelled_at = CASE WHEN u.cancelled THEN COALESCE(t.cancelled_at, now()) END, updated_at = now()
-           FROM unnest($1::text[], $2::int[], $3::boolean[]) AS u(task_id, latest_attempt, cancelled) WHERE t.task_id = u.task_id`,
+           FROM unnest($1::text[], $2::int[], $3::boolean[]) AS u(task_id, latest_attempt, cancelled) WHERE t.task_id = ANY($1::text[]) AND t.task_id = u.task_id`,
           [pgArray(rows.map(([id]) => id)), pgArray(rows.map(([, m]) => m.latestAttempt)), pgArray(rows.map(([, m]) => m.cancelled))],
         );
       }
@@ -193,7 +193,7 @@ function createPendingWrites(projects: Map<string, ProjectBudget>, payouts: Map<
       await budgets.book(tx, ledger);
       if (movedPayouts.size > 0) {
         const moved = [...movedPayouts];
-        await tx.query('UPDATE payouts p SET balance = u.balance, updated_at = now() FROM unnest($1::text[], $2::bigint[]) AS u(annotator_id, balance) WHERE p.annotator_id = u.annotator_id', [
+        await tx.query('UPDATE payouts p SET balance = u.balance, updated_at = now() FROM unnest($1::text[], $2::bigint[]) AS u(annotator_id, balance) WHERE p.annotator_id = ANY($1::text[]) AND p.annotator_id = u.annotator_id', [
           pgArray(moved),
           pgArray(moved.map((a) => payouts.get(a) ?? 0)),
         ]);
@@ -213,7 +213,7 @@ async function saveBillings(tx: PoolClient, writes: readonly { readonly billing:
        SELECT * FROM jsonb_to_recordset($1::jsonb) AS w(task_id text, attempt int, project_id uuid, annotator_id text, status text, amount bigint, reason text, approved_by text, stored text)
      ), updated AS (
        UPDATE billings b SET status = w.status, amount = w.amount, reason = w.reason, approved_by = coalesce(w.approved_by, b.approved_by), updated_at = now()
-       FROM w WHERE w.stored IS NOT NULL AND b.task_id = w.task_id AND b.attempt = w.attempt AND b.status = w.stored
+       FROM w WHERE w.stored IS NOT NULL AND b.task_id = ANY($2::text[]) AND b.task_id = w.task_id AND b.attempt = w.attempt AND b.status = w.stored
        RETURNING 1
      ), inserted AS (
        INSERT INTO billings (task_id, attempt, project_id, annotator_id, status, amount, reason, approved_by)
@@ -226,6 +226,7 @@ async function saveBillings(tx: PoolClient, writes: readonly { readonly billing:
       JSON.stringify(
         writes.map(({ billing: b, storedStatus }) => ({ task_id: b.taskId, attempt: b.attempt, project_id: b.projectId, annotator_id: b.annotatorId, status: b.status, amount: b.amount, reason: b.reason, approved_by: b.approvedBy, stored: storedStatus })),
       ),
+      pgArray(writes.map(({ billing: b }) => b.taskId)),
     ],
   );
   if (rows[0]?.n !== writes.length) {

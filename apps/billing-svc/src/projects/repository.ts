@@ -150,7 +150,7 @@ export async function saveBalances(db: Queryable, moves: readonly { readonly pro
   const result = await db.query(
     `UPDATE projects p SET balance = u.balance, version = p.version + u.changes
      FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::int[]) AS u(project_id, balance, loaded_version, changes)
-     WHERE p.project_id = u.project_id AND p.version = u.loaded_version`,
+     WHERE p.project_id = ANY($1::uuid[]) AND p.project_id = u.project_id AND p.version = u.loaded_version`,
     [pgArray(moves.map((m) => m.projectId)), pgArray(moves.map((m) => m.balance)), pgArray(moves.map((m) => m.loadedVersion)), pgArray(moves.map((m) => m.changes))],
   );
   if (result.rowCount !== moves.length) {

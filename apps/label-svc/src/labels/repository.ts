@@ -104,7 +104,7 @@ export async function saveLabelTasks(tx: Queryable, changes: readonly { readonly
       `UPDATE assignments a SET attempt = u.attempt, annotator_id = u.annotator_id, lease_expires_at = u.lease_expires_at,
          cancelled_at = CASE WHEN u.cancelled THEN coalesce(a.cancelled_at, now()) END, version = a.version + 1, updated_at = now()
        FROM unnest($1::text[], $2::int[], $3::text[], $4::timestamptz[], $5::boolean[], $6::int[]) AS u(task_id, attempt, annotator_id, lease_expires_at, cancelled, version)
-       WHERE a.task_id = u.task_id AND a.version = u.version`,
+       WHERE a.task_id = ANY($1::text[]) AND a.task_id = u.task_id AND a.version = u.version`,
       unnestColumns(updates.map(({ before, after }) => [after.taskId, after.assignment!.attempt, after.assignment!.annotatorId, after.assignment!.leaseExpiresAt, after.cancelled, before.assignment!.version])),
     );
     if (updated.rowCount !== updates.length) throw conflict(updates.length - (updated.rowCount ?? 0));

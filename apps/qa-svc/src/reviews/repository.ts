@@ -73,7 +73,7 @@ export async function saveReviewsMany(tx: Queryable, changes: readonly { readonl
   if (marks.length > 0) {
     await tx.query(
       `UPDATE review_tasks t SET reopened_attempt = u.reopened_attempt, cancelled_at = CASE WHEN u.cancelled THEN coalesce(t.cancelled_at, now()) END, updated_at = now()
-       FROM unnest($1::text[], $2::int[], $3::boolean[]) AS u(task_id, reopened_attempt, cancelled) WHERE t.task_id = u.task_id`,
+       FROM unnest($1::text[], $2::int[], $3::boolean[]) AS u(task_id, reopened_attempt, cancelled) WHERE t.task_id = ANY($1::text[]) AND t.task_id = u.task_id`,
       unnestColumns(marks.map((m) => [m.taskId, m.reopenedAttempt, m.cancelled])),
     );
   }

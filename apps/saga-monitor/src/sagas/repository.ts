@@ -105,8 +105,11 @@ export async function saveSagasMany(tx: Queryable, changes: readonly { readonly 
       `UPDATE sagas s SET task_number = u.task_number, title = u.title, attempt = u.attempt, last_event_type = u.last_event_type, outcome = u.outcome,
          first_event_at = u.first_event_at, last_event_at = u.last_event_at, events = u.events, updated_at = now()
        FROM jsonb_to_recordset($1::jsonb) AS u(task_id text, task_number text, title text, attempt int, last_event_type text, outcome text, first_event_at timestamptz, last_event_at timestamptz, events int)
-       WHERE s.task_id = u.task_id`,
-      [json(rows.map((r) => ({ task_id: r.taskId, task_number: r.taskNumber, title: r.title, attempt: r.attempt, last_event_type: r.lastEventType, outcome: r.outcome, first_event_at: r.firstEventAt, last_event_at: r.lastEventAt, events: r.events })))],
+       WHERE s.task_id = ANY($2::text[]) AND s.task_id = u.task_id`,
+      [
+        json(rows.map((r) => ({ task_id: r.taskId, task_number: r.taskNumber, title: r.title, attempt: r.attempt, last_event_type: r.lastEventType, outcome: r.outcome, first_event_at: r.firstEventAt, last_event_at: r.lastEventAt, events: r.events }))),
+        pgArray(rows.map((r) => r.taskId)),
+      ],
     );
   }
   const recorded = changes.flatMap(({ before, after }) => after.recorded.slice(before.recorded.length));
@@ -144,8 +147,8 @@ async function saveWatches(tx: Queryable, changes: readonly { readonly before: S
   if (gone.length > 0) {
     await tx.query(
       `DELETE FROM saga_watches w USING jsonb_to_recordset($1::jsonb) AS g(task_id text, step text, attempt int)
-       WHERE w.task_id = g.task_id AND w.step = g.step AND w.attempt = g.attempt`,
-      [json(gone)],
+       WHERE w.task_id = ANY($2::text[]) AND w.task_id = g.task_id AND w.step = g.step AND w.attempt = g.attempt`,
+      [json(gone), pgArray(gone.map((g) => g.task_id))],
     );
   }
   if (written.length > 0) {
@@ -176,7 +179,7 @@ export async function claimDueSagas(tx: PoolClient, limit: number, now: Date): P
 export async function addDuplicatesDropped(db: Queryable, counts: ReadonlyMap<string, number>): Promise<void> {
   if (counts.size === 0) return;
   await db.query(
-    `UPDATE sagas s SET duplicates_dropped = s.duplicates_dropped + d.n FROM unnest($1::text[], $2::int[]) AS d(task_id, n) WHERE s.task_id = d.task_id`,
+    `UPDATE sagas s SET duplicates_dropped = s.duplicates_dropped + d.n FROM unnest($1::text[], $2::int[]) AS d(task_id, n) WHERE s.task_id = ANY($1::text[]) AND s.task_id = d.task_id`,
     unnestColumns([...counts].map(([taskId, n]) => [taskId, n])),
   );
 }

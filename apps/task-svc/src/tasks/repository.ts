@@ -62,7 +62,7 @@ export async function saveTasks(tx: Queryable, changes: readonly { readonly befo
     `UPDATE tasks t SET status = u.status, attempt = u.attempt, assignee = u.assignee, lease_expires_at = u.lease_expires_at, reason = u.reason,
        version = t.version + 1, updated_at = now()
      FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::text[], $7::int[]) AS u(task_id, status, attempt, assignee, lease_expires_at, reason, version)
-     WHERE t.task_id = u.task_id AND t.version = u.version`,
+     WHERE t.task_id = ANY($1::text[]) AND t.task_id = u.task_id AND t.version = u.version`,
     [
       updates.map((u) => u.next.taskId),
       updates.map((u) => u.next.status),
