@@ -10,6 +10,7 @@ export * from './runtime/index';
 export * from './decider';
 export * from './consume';
 export * from './sweeper';
+export * from './statistics';
 export * from './ids';
 export * from './signals';
 export * from './prefer';

@@ -4,6 +4,7 @@ import type { Logger } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
 import { createMetricsApp } from '../http';
 import type { Lifecycle } from '../lifecycle';
+import { analyzeStaleTables } from '../statistics';
 import { startSweeper } from '../sweeper';
 import { buildService, type BuildDeps, type BuiltService } from './build';
 import type { ServiceDefinition } from './definition';
@@ -51,6 +52,7 @@ async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise
     startSweeper(sweeper, { pool, emit: ctx.emit, logger, metrics: ctx.metrics, now: ctx.now, ...(caughtUpTo ? { caughtUpTo } : {}), everyMs: config.SWEEP_INTERVAL_MS }, lifecycle);
   }
   schedule(lifecycle, 'idempotency-prune', 3600_000, async () => void (await pruneIdempotencyKeys(pool)), logger);
+  if (config.DB_ANALYZE_INTERVAL_MS > 0) keepStatistics(built, config.DB_ANALYZE_INTERVAL_MS);
   const metricsUrl = config.METRICS_PORT === undefined ? undefined : await listenForScrapers(built, config.METRICS_PORT);
   const url = await app.listen({ port: config.PORT, host: config.HOST });
   closeHttpFirst(lifecycle, app, ctx.signals);
@@ -65,9 +67,36 @@ async function listenForScrapers<C extends BaseConfig>({ ctx, lifecycle }: Built
   return scrape.listen({ port, host: ctx.config.HOST });
 }
 
-/** Runs `job` now and every `everyMs` until the service closes; a failed run is logged, not fatal. */
+/**
+ * ANALYZEs the service's tables whose statistics went stale while the server's autovacuum is off
+ * (see statistics.ts): without it, plans made on a fresh database scan whole tables forever.
+ */
+function keepStatistics<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, everyMs: number): void {
+  const analyzed = ctx.metrics.counter('db_tables_analyzed_total', 'ANALYZE runs the service made on its own tables because autovacuum is off, by table', ['table']);
+  let told = false;
+  schedule(lifecycle, 'table-statistics', everyMs, async () => {
+    const tables = await analyzeStaleTables(ctx.pool);
+    for (const { table } of tables) analyzed.inc({ table });
+    if (tables.length === 0) return;
+    if (!told) ctx.logger.info('autovacuum is off on this server: the service analyzes its own tables once their statistics are stale (DB_ANALYZE_INTERVAL_MS)');
+    told = true;
+    ctx.logger.debug({ tables }, 'tables analyzed');
+  }, ctx.logger);
+}
+
+/**
+ * Runs `job` now and every `everyMs` until the service closes; a failed run is logged, not fatal.
+ * A run still going when the next is due is not doubled: that turn is skipped.
+ */
 function schedule(lifecycle: Lifecycle, name: string, everyMs: number, job: () => Promise<void>, logger: Logger): void {
-  const run = () => job().catch((error: Error) => logger.warn({ err: error, job: name }, 'scheduled job failed'));
+  let running = false;
+  const run = async () => {
+    if (running) return;
+    running = true;
+    await job()
+      .catch((error: Error) => logger.warn({ err: error, job: name }, 'scheduled job failed'))
+      .finally(() => (running = false));
+  };
   void run();
   const timer = setInterval(run, everyMs);
   timer.unref();
