@@ -73,3 +73,20 @@ export function latch(): { readonly open: () => void; readonly opened: Promise<v
   const opened = new Promise<void>((resolve) => (open = resolve));
   return { open, opened };
 }
+
+/**
+ * Runs `work` inside `tx` the way a long-lived pooled connection ends up running its prepared
+ * statements, with generic plans (`plan_cache_mode = force_generic_plan` for the rest of the
+ * transaction), and returns how many sequential scans of each table it made
+ * (`pg_stat_xact_user_tables`: the transaction's own counts, current at once). A batch statement
+ * whose generic plan scans a whole table reads every row a service ever wrote, on every batch.
+ */
+export async function seqScansOf(tx: Pick<pg.ClientBase, 'query'>, tables: readonly string[], work: () => Promise<unknown>): Promise<Record<string, number>> {
+  const counts = async () =>
+    new Map((await tx.query<{ relname: string; n: string }>('SELECT relname, seq_scan AS n FROM pg_stat_xact_user_tables WHERE relname = ANY($1::text[])', [tables])).rows.map((r) => [r.relname, Number(r.n)]));
+  await tx.query('SET LOCAL plan_cache_mode = force_generic_plan');
+  const before = await counts();
+  await work();
+  const after = await counts();
+  return Object.fromEntries(tables.map((t) => [t, (after.get(t) ?? 0) - (before.get(t) ?? 0)]));
+}

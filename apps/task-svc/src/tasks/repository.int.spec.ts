@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
-import { decodeCursor, encodeCursor, migrate, ServiceKitErrors, withTransaction } from '@labelflow/service-kit';
-import { createTestDatabase, createTestPool, eventually, freshSnowflake, latch, uniqueName, freshDatabase } from '@labelflow/testing';
+import { createPool, decodeCursor, encodeCursor, migrate, ServiceKitErrors, withTransaction } from '@labelflow/service-kit';
+import { createTestDatabase, createTestPool, eventually, freshSnowflake, latch, seqScansOf, uniqueName, freshDatabase } from '@labelflow/testing';
 import { migrations } from '../migrations';
 import { claimExpiredLeases, listTasks, loadTask, loadTasksForUpdate, saveTask, saveTasks, TaskListPosition, type TaskListFilter } from './repository';
 import type { TaskState } from './state';
@@ -296,5 +296,37 @@ describe('task-svc task repository', () => {
     expect(second).not.toContain(expired[0]!.taskId);
     expect(second).not.toContain(withinGrace.taskId);
     expect(second).not.toContain(running.taskId);
+  });
+});
+
+describe('task-svc batch statements under generic plans', () => {
+  let pool: pg.Pool;
+  let drop: () => Promise<void>;
+  beforeAll(async () => {
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('taskplans'));
+    drop = db.drop;
+    // The services' pool: named prepared statements, whose generic plans a connection keeps.
+    pool = createPool(db.url, 2);
+    await migrate(pool, migrations);
+    // A table of some thousands of rows, analyzed (by autovacuum, or by the service when it is off).
+    // A plan that hash-joins the batch over a sequential scan is cheapest here on paper, and is
+    // kept by the connection as the table grows to millions.
+    await pool.query(`INSERT INTO tasks (task_id, project_id, title, data_uri, status, attempt, version) SELECT g::text, gen_random_uuid(), 't', 's3://b/k', 'open', 1, 1 FROM generate_series(1, 2000) g`);
+    await pool.query('ANALYZE tasks');
+  });
+  afterAll(async () => {
+    await pool?.end();
+    await drop?.();
+  });
+
+  it("loads and saves a batch's tasks through the primary key, never scanning the whole table", async () => {
+    const scans = await withTransaction(pool, (tx) =>
+      seqScansOf(tx, ['tasks'], async () => {
+        const batch = await loadTasksForUpdate(tx, ['17', '1234'] as TaskId[]);
+        await saveTasks(tx, [...batch.values()].map((before) => ({ before: before!, after: { ...before!, status: 'assigned' as const, assignee: 'ann-1' as AnnotatorId } })));
+      }),
+    );
+    expect(scans).toEqual({ tasks: 0 });
+    expect((await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM tasks WHERE status = 'assigned'`)).rows[0]?.n).toBe(2);
   });
 });
