@@ -68,6 +68,14 @@ describe('service-kit: loadConfig', () => {
     expect(names.sort()).toEqual(['KAFKA_FETCH_MAX_WAIT_MS', 'KAFKA_FETCH_MIN_BYTES']);
   });
 
+  it('analyzes stale tables every 10 s by default, takes 0 as never, and refuses a negative or fractional interval', () => {
+    expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ DB_ANALYZE_INTERVAL_MS: 10_000 });
+    expect(loadConfig(BaseConfig, { ...validEnv, DB_ANALYZE_INTERVAL_MS: '0' })).toMatchObject({ DB_ANALYZE_INTERVAL_MS: 0 });
+    for (const bad of ['-1', '1.5', '3600001', 'often']) {
+      expect((failure({ ...validEnv, DB_ANALYZE_INTERVAL_MS: bad }).details as string[]).map((p) => p.split(':')[0]), bad).toEqual(['DB_ANALYZE_INTERVAL_MS']);
+    }
+  });
+
   it('rejects a broker list that is only separators', () => {
     expect(failure({ ...validEnv, KAFKA_BROKERS: ' , ' }).code).toBe(ServiceKitErrors.CONFIG_INVALID);
   });
