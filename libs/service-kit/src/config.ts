@@ -57,8 +57,8 @@ export const BaseConfig = z.object({
   /** How long an Idempotency-Key's stored response is replayed (the published expiry, default 24 h). */
   IDEMPOTENCY_TTL_MS: z.coerce.number().int().min(1_000).max(30 * 24 * 3600_000).default(24 * 3600_000),
   /**
-   * While the server's autovacuum is off, how often the service looks for its own tables whose
-   * planner statistics went stale (autovacuum's default rule) and ANALYZEs them; 0: never.
+   * While the server's autovacuum is off, how often the service looks for its own tables that
+   * autovacuum's default rules would vacuum or analyze, and does so; 0: never.
    */
   DB_ANALYZE_INTERVAL_MS: z.coerce.number().int().min(0).max(3_600_000).default(10_000),
   /** How often durable deadlines (assignment leases, review SLAs) are checked. */

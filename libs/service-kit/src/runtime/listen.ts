@@ -4,7 +4,7 @@ import type { Logger } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
 import { createMetricsApp } from '../http';
 import type { Lifecycle } from '../lifecycle';
-import { analyzeStaleTables } from '../statistics';
+import { upkeepTables } from '../statistics';
 import { startSweeper } from '../sweeper';
 import { buildService, type BuildDeps, type BuiltService } from './build';
 import type { ServiceDefinition } from './definition';
@@ -52,7 +52,7 @@ async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise
     startSweeper(sweeper, { pool, emit: ctx.emit, logger, metrics: ctx.metrics, now: ctx.now, ...(caughtUpTo ? { caughtUpTo } : {}), everyMs: config.SWEEP_INTERVAL_MS }, lifecycle);
   }
   schedule(lifecycle, 'idempotency-prune', 3600_000, async () => void (await pruneIdempotencyKeys(pool)), logger);
-  if (config.DB_ANALYZE_INTERVAL_MS > 0) keepStatistics(built, config.DB_ANALYZE_INTERVAL_MS);
+  if (config.DB_ANALYZE_INTERVAL_MS > 0) keepTables(built, config.DB_ANALYZE_INTERVAL_MS);
   const metricsUrl = config.METRICS_PORT === undefined ? undefined : await listenForScrapers(built, config.METRICS_PORT);
   const url = await app.listen({ port: config.PORT, host: config.HOST });
   closeHttpFirst(lifecycle, app, ctx.signals);
@@ -68,19 +68,26 @@ async function listenForScrapers<C extends BaseConfig>({ ctx, lifecycle }: Built
 }
 
 /**
- * ANALYZEs the service's tables whose statistics went stale while the server's autovacuum is off
- * (see statistics.ts): without it, plans made on a fresh database scan whole tables forever.
+ * Vacuums and analyzes the service's tables as autovacuum would while the server's autovacuum is
+ * off (see statistics.ts): without it, plans made on a fresh database scan whole tables forever.
+ * On a connection of its own, as VACUUM needs, given back between rounds.
  */
-function keepStatistics<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, everyMs: number): void {
-  const analyzed = ctx.metrics.counter('db_tables_analyzed_total', 'ANALYZE runs the service made on its own tables because autovacuum is off, by table', ['table']);
+function keepTables<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, everyMs: number): void {
+  const visits = ctx.metrics.counter('db_table_upkeep_total', 'VACUUM (ANALYZE) and ANALYZE runs the service made on its own tables because autovacuum is off, by table and kind', ['table', 'kind']);
   let told = false;
-  schedule(lifecycle, 'table-statistics', everyMs, async () => {
-    const tables = await analyzeStaleTables(ctx.pool);
-    for (const { table } of tables) analyzed.inc({ table });
+  schedule(lifecycle, 'table-upkeep', everyMs, async () => {
+    const client = await ctx.pool.connect();
+    let tables: Awaited<ReturnType<typeof upkeepTables>>;
+    try {
+      tables = await upkeepTables(client);
+    } finally {
+      client.release();
+    }
+    for (const { table, vacuum } of tables) visits.inc({ table, kind: vacuum ? 'vacuum' : 'analyze' });
     if (tables.length === 0) return;
-    if (!told) ctx.logger.info('autovacuum is off on this server: the service analyzes its own tables once their statistics are stale (DB_ANALYZE_INTERVAL_MS)');
+    if (!told) ctx.logger.info('autovacuum is off on this server: the service vacuums and analyzes its own tables as autovacuum would (DB_ANALYZE_INTERVAL_MS)');
     told = true;
-    ctx.logger.debug({ tables }, 'tables analyzed');
+    ctx.logger.debug({ tables }, 'tables vacuumed or analyzed');
   }, ctx.logger);
 }
 
