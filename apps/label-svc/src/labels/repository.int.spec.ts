@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
-import { migrate, ServiceKitErrors, withTransaction } from '@labelflow/service-kit';
-import { eventually, freshSnowflake, latch, freshDatabase } from '@labelflow/testing';
+import { createPool, migrate, ServiceKitErrors, withTransaction } from '@labelflow/service-kit';
+import { createTestDatabase, eventually, freshSnowflake, latch, freshDatabase, seqScansOf, uniqueName } from '@labelflow/testing';
 import { migrations } from '../migrations';
 import { loadLabelTask, loadLabelTasksForUpdate, saveLabelTask, saveLabelTasks } from './repository';
 import { emptyState, evolve, type Label, type LabelTaskState } from './state';
@@ -195,5 +195,40 @@ describe('label-svc assignment and label repository', () => {
     const current = await saved({ ...assigned(taskId), labels: [label(1)] });
     await withTransaction(pool, (tx) => saveLabelTasks(tx, [{ before: current, after: current }]));
     expect(await loadLabelTask(pool, taskId, false)).toEqual(current);
+  });
+});
+
+describe('label-svc batch statements under generic plans', () => {
+  let pool: pg.Pool;
+  let drop: () => Promise<void>;
+  beforeAll(async () => {
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('labelplans'));
+    drop = db.drop;
+    // The service's pool: named prepared statements, whose generic plans a connection keeps.
+    pool = createPool(db.url, 2);
+    await migrate(pool, migrations);
+    // Thousands of assignments with their labels, analyzed (by autovacuum, or by the service when it is off).
+    await pool.query(`INSERT INTO assignments (task_id, project_id, attempt, annotator_id, version) SELECT g::text, gen_random_uuid(), 1, 'ann-1', 1 FROM generate_series(1, 2000) g`);
+    await pool.query(`INSERT INTO labels (task_id, attempt, annotator_id, annotations, status) SELECT g::text, 1, 'ann-1', '[{"label":"cat"}]', 'submitted' FROM generate_series(1, 2000) g`);
+    await pool.query('ANALYZE assignments, labels');
+  });
+  afterAll(async () => {
+    await pool?.end();
+    await drop?.();
+  });
+
+  it("loads and saves a batch's assignments and labels through their keys, never scanning the tables", async () => {
+    const scans = await withTransaction(pool, (tx) =>
+      seqScansOf(tx, ['assignments', 'labels'], async () => {
+        const batch = await loadLabelTasksForUpdate(tx, ['17', '1234'] as TaskId[]);
+        await saveLabelTasks(
+          tx,
+          [...batch.values()].map((before) => ({ before, after: { ...before, assignment: { ...before.assignment!, annotatorId: 'ann-2' as AnnotatorId }, labels: before.labels.map((l) => ({ ...l, status: 'accepted' as const })) } })),
+        );
+      }),
+    );
+    expect(scans).toEqual({ assignments: 0, labels: 0 });
+    const rows = await pool.query<{ annotator_id: string; status: string }>(`SELECT a.annotator_id, l.status FROM assignments a JOIN labels l USING (task_id) WHERE task_id IN ('17', '1234')`);
+    expect(rows.rows).toEqual([{ annotator_id: 'ann-2', status: 'accepted' }, { annotator_id: 'ann-2', status: 'accepted' }]);
   });
 });

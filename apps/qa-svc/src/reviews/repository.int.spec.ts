@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { AnnotatorId, ProjectId, ReviewerId, TaskId } from '@labelflow/contracts';
-import { decodeCursor, encodeCursor, migrate, withTransaction } from '@labelflow/service-kit';
-import { createTestDatabase, createTestPool, eventually, freshSnowflake, latch, uniqueName, freshDatabase } from '@labelflow/testing';
+import { createPool, decodeCursor, encodeCursor, migrate, withTransaction } from '@labelflow/service-kit';
+import { createTestDatabase, createTestPool, eventually, freshSnowflake, latch, seqScansOf, uniqueName, freshDatabase } from '@labelflow/testing';
 import { migrations } from '../migrations';
 import { claimDueReviews, isCancelled, listReviewRows, loadReviews, loadReviewsForUpdate, pageReviewRows, ReviewListPosition, saveReviews, saveReviewsMany, type ReviewListFilter } from './repository';
 import { emptyState, evolve, type Review, type ReviewTaskState } from './state';
@@ -315,5 +315,37 @@ describe('qa-svc review repository', () => {
     done.open();
     expect(await first).toEqual([oldest]);
     expect(second).toEqual([due]);
+  });
+});
+
+describe('qa-svc batch statements under generic plans', () => {
+  let pool: pg.Pool;
+  let drop: () => Promise<void>;
+  beforeAll(async () => {
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('qaplans'));
+    drop = db.drop;
+    // The service's pool: named prepared statements, whose generic plans a connection keeps.
+    pool = createPool(db.url, 2);
+    await migrate(pool, migrations);
+    // Thousands of tasks with a review each, analyzed (by autovacuum, or by the service when it is off).
+    await pool.query(`INSERT INTO review_tasks (task_id) SELECT g::text FROM generate_series(1, 2000) g`);
+    await pool.query(`INSERT INTO reviews (task_id, attempt, project_id, annotator_id, status) SELECT g::text, 1, gen_random_uuid(), 'ann-1', 'pending' FROM generate_series(1, 2000) g`);
+    await pool.query('ANALYZE review_tasks, reviews');
+  });
+  afterAll(async () => {
+    await pool?.end();
+    await drop?.();
+  });
+
+  it("loads and saves a batch's review tasks through their keys, never scanning the tables", async () => {
+    const scans = await withTransaction(pool, (tx) =>
+      seqScansOf(tx, ['review_tasks', 'reviews'], async () => {
+        const batch = await loadReviewsForUpdate(tx, ['17', '1234'] as TaskId[]);
+        await saveReviewsMany(tx, [...batch.values()].map((before) => ({ before, after: { ...before, reopenedAttempt: 2 } })));
+      }),
+    );
+    expect(scans).toEqual({ review_tasks: 0, reviews: 0 });
+    const rows = await pool.query<{ reopened_attempt: number }>(`SELECT reopened_attempt FROM review_tasks WHERE task_id IN ('17', '1234')`);
+    expect(rows.rows).toEqual([{ reopened_attempt: 2 }, { reopened_attempt: 2 }]);
   });
 });
