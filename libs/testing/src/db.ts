@@ -48,15 +48,21 @@ export function createTestPool(url: string, max = 10): pg.Pool {
 /**
  * A fresh database for one describe block, prepared by `setup` (migrations): `open()` in
  * beforeAll, `close()` in afterAll (this file stays free of vitest, so tools can import the lib).
+ * `pool` makes the pool another way, e.g. a service's own `createPool` with its prepared statements.
  */
-export function freshDatabase(pgUrl: string, name: string, setup: (pool: pg.Pool) => Promise<unknown>): { open(): Promise<pg.Pool>; close(): Promise<void> } {
+export function freshDatabase(
+  pgUrl: string,
+  name: string,
+  setup: (pool: pg.Pool) => Promise<unknown>,
+  options: { readonly pool?: (url: string) => pg.Pool } = {},
+): { open(): Promise<pg.Pool>; close(): Promise<void> } {
   let pool: pg.Pool | undefined;
   let drop: (() => Promise<void>) | undefined;
   return {
     async open() {
       const db = await createTestDatabase(pgUrl, uniqueName(name));
       drop = db.drop;
-      pool = createTestPool(db.url);
+      pool = (options.pool ?? createTestPool)(db.url);
       await setup(pool);
       return pool;
     },

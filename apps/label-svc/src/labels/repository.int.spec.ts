@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
 import { createPool, migrate, ServiceKitErrors, withTransaction } from '@labelflow/service-kit';
-import { createTestDatabase, eventually, freshSnowflake, latch, freshDatabase, seqScansOf, uniqueName } from '@labelflow/testing';
+import { eventually, freshSnowflake, latch, freshDatabase, seqScansOf } from '@labelflow/testing';
 import { migrations } from '../migrations';
 import { loadLabelTask, loadLabelTasksForUpdate, saveLabelTask, saveLabelTasks } from './repository';
 import { emptyState, evolve, type Label, type LabelTaskState } from './state';
@@ -200,22 +200,21 @@ describe('label-svc assignment and label repository', () => {
 
 describe('label-svc batch statements under generic plans', () => {
   let pool: pg.Pool;
-  let drop: () => Promise<void>;
-  beforeAll(async () => {
-    const db = await createTestDatabase(infra.pgUrl, uniqueName('labelplans'));
-    drop = db.drop;
-    // The service's pool: named prepared statements, whose generic plans a connection keeps.
-    pool = createPool(db.url, 2);
-    await migrate(pool, migrations);
-    // Thousands of assignments with their labels, analyzed (by autovacuum, or by the service when it is off).
-    await pool.query(`INSERT INTO assignments (task_id, project_id, attempt, annotator_id, version) SELECT g::text, gen_random_uuid(), 1, 'ann-1', 1 FROM generate_series(1, 2000) g`);
-    await pool.query(`INSERT INTO labels (task_id, attempt, annotator_id, annotations, status) SELECT g::text, 1, 'ann-1', '[{"label":"cat"}]', 'submitted' FROM generate_series(1, 2000) g`);
-    await pool.query('ANALYZE assignments, labels');
-  });
-  afterAll(async () => {
-    await pool?.end();
-    await drop?.();
-  });
+  // Thousands of assignments with their labels, analyzed (by autovacuum, or by the service when it
+  // is off), behind the service's pool: named prepared statements, whose generic plans it keeps.
+  const db = freshDatabase(
+    infra.pgUrl,
+    'labelplans',
+    async (p) => {
+      await migrate(p, migrations);
+      await p.query(`INSERT INTO assignments (task_id, project_id, attempt, annotator_id, version) SELECT g::text, gen_random_uuid(), 1, 'ann-1', 1 FROM generate_series(1, 2000) g`);
+      await p.query(`INSERT INTO labels (task_id, attempt, annotator_id, annotations, status) SELECT g::text, 1, 'ann-1', '[{"label":"cat"}]', 'submitted' FROM generate_series(1, 2000) g`);
+      await p.query('ANALYZE assignments, labels');
+    },
+    { pool: (url) => createPool(url, 2) },
+  );
+  beforeAll(async () => void (pool = await db.open()));
+  afterAll(() => db.close());
 
   it("loads and saves a batch's assignments and labels through their keys, never scanning the tables", async () => {
     const scans = await withTransaction(pool, (tx) =>

@@ -320,22 +320,21 @@ describe('qa-svc review repository', () => {
 
 describe('qa-svc batch statements under generic plans', () => {
   let pool: pg.Pool;
-  let drop: () => Promise<void>;
-  beforeAll(async () => {
-    const db = await createTestDatabase(infra.pgUrl, uniqueName('qaplans'));
-    drop = db.drop;
-    // The service's pool: named prepared statements, whose generic plans a connection keeps.
-    pool = createPool(db.url, 2);
-    await migrate(pool, migrations);
-    // Thousands of tasks with a review each, analyzed (by autovacuum, or by the service when it is off).
-    await pool.query(`INSERT INTO review_tasks (task_id) SELECT g::text FROM generate_series(1, 2000) g`);
-    await pool.query(`INSERT INTO reviews (task_id, attempt, project_id, annotator_id, status) SELECT g::text, 1, gen_random_uuid(), 'ann-1', 'pending' FROM generate_series(1, 2000) g`);
-    await pool.query('ANALYZE review_tasks, reviews');
-  });
-  afterAll(async () => {
-    await pool?.end();
-    await drop?.();
-  });
+  // Thousands of tasks with a review each, analyzed (by autovacuum, or by the service when it is
+  // off), behind the service's pool: named prepared statements, whose generic plans it keeps.
+  const db = freshDatabase(
+    infra.pgUrl,
+    'qaplans',
+    async (p) => {
+      await migrate(p, migrations);
+      await p.query(`INSERT INTO review_tasks (task_id) SELECT g::text FROM generate_series(1, 2000) g`);
+      await p.query(`INSERT INTO reviews (task_id, attempt, project_id, annotator_id, status) SELECT g::text, 1, gen_random_uuid(), 'ann-1', 'pending' FROM generate_series(1, 2000) g`);
+      await p.query('ANALYZE review_tasks, reviews');
+    },
+    { pool: (url) => createPool(url, 2) },
+  );
+  beforeAll(async () => void (pool = await db.open()));
+  afterAll(() => db.close());
 
   it("loads and saves a batch's review tasks through their keys, never scanning the tables", async () => {
     const scans = await withTransaction(pool, (tx) =>

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { DomainEvent } from '@labelflow/contracts';
 import { createPool, migrate, withTransaction } from '@labelflow/service-kit';
-import { createTestDatabase, freshSnowflake, seqScansOf, uniqueName } from '@labelflow/testing';
+import { freshDatabase, freshSnowflake, seqScansOf } from '@labelflow/testing';
 import { migrations } from '../migrations';
 import { observeEvent } from './record';
 import { loadSagasForUpdate, saveSagasMany } from './repository';
@@ -13,7 +13,6 @@ const deadlines = { qa_started: 60_000, billing: 60_000, completion: 60_000 };
 
 describe('saga-monitor batch statements under generic plans', () => {
   let pool: pg.Pool;
-  let drop: () => Promise<void>;
   const projectId = randomUUID();
   const taskId = freshSnowflake();
   const event = (type: 'LabelSubmitted' | 'QaStarted', payload: Record<string, unknown>): DomainEvent =>
@@ -26,30 +25,30 @@ describe('saga-monitor batch statements under generic plans', () => {
     return after;
   };
 
-  beforeAll(async () => {
-    const db = await createTestDatabase(infra.pgUrl, uniqueName('monitorplans'));
-    drop = db.drop;
-    // The service's pool: named prepared statements, whose generic plans a connection keeps.
-    pool = createPool(db.url, 2);
-    await migrate(pool, migrations);
-    // Thousands of sagas, each with an event and a watch, analyzed (by autovacuum, or by the service when it is off).
-    await pool.query(
-      `INSERT INTO sagas (task_id, project_id, attempt, last_event_type, first_event_at, last_event_at, events)
-       SELECT g::text, gen_random_uuid(), 1, 'LabelSubmitted', now(), now(), 1 FROM generate_series(1, 3000) g`,
-    );
-    await pool.query(`INSERT INTO saga_watches (task_id, step, attempt, since, due_at) SELECT g::text, 'qa_started', 1, now(), now() + interval '1 hour' FROM generate_series(1, 3000) g`);
-    await pool.query(
-      `INSERT INTO saga_events (event_id, task_id, project_id, type, version, attempt, producer, occurred_at, consumed_at, payload)
-       SELECT 'e' || g, g::text, gen_random_uuid(), 'LabelSubmitted', 1, 1, 'label-svc', now(), now(), '{}' FROM generate_series(1, 3000) g`,
-    );
-    await pool.query('ANALYZE sagas, saga_watches, saga_events');
-    // The task under test waits for QaStarted.
-    await withTransaction(pool, (tx) => record(tx, event('LabelSubmitted', { annotatorId: 'ann-1', annotations: [{ label: 'cat', confidence: 0.9 }] })));
-  });
-  afterAll(async () => {
-    await pool?.end();
-    await drop?.();
-  });
+  // Thousands of sagas, each with an event and a watch, analyzed (by autovacuum, or by the service
+  // when it is off), behind the service's pool: named prepared statements, whose generic plans it keeps.
+  const db = freshDatabase(
+    infra.pgUrl,
+    'monitorplans',
+    async (p) => {
+      await migrate(p, migrations);
+      await p.query(
+        `INSERT INTO sagas (task_id, project_id, attempt, last_event_type, first_event_at, last_event_at, events)
+         SELECT g::text, gen_random_uuid(), 1, 'LabelSubmitted', now(), now(), 1 FROM generate_series(1, 3000) g`,
+      );
+      await p.query(`INSERT INTO saga_watches (task_id, step, attempt, since, due_at) SELECT g::text, 'qa_started', 1, now(), now() + interval '1 hour' FROM generate_series(1, 3000) g`);
+      await p.query(
+        `INSERT INTO saga_events (event_id, task_id, project_id, type, version, attempt, producer, occurred_at, consumed_at, payload)
+         SELECT 'e' || g, g::text, gen_random_uuid(), 'LabelSubmitted', 1, 1, 'label-svc', now(), now(), '{}' FROM generate_series(1, 3000) g`,
+      );
+      await p.query('ANALYZE sagas, saga_watches, saga_events');
+      // The task under test waits for QaStarted.
+      await withTransaction(p, (tx) => record(tx, event('LabelSubmitted', { annotatorId: 'ann-1', annotations: [{ label: 'cat', confidence: 0.9 }] })));
+    },
+    { pool: (url) => createPool(url, 2) },
+  );
+  beforeAll(async () => void (pool = await db.open()));
+  afterAll(() => db.close());
 
   it("updates a saga's row and drops its watch through their keys, never scanning the tables", async () => {
     let after: Awaited<ReturnType<typeof record>> | undefined;

@@ -301,23 +301,21 @@ describe('task-svc task repository', () => {
 
 describe('task-svc batch statements under generic plans', () => {
   let pool: pg.Pool;
-  let drop: () => Promise<void>;
-  beforeAll(async () => {
-    const db = await createTestDatabase(infra.pgUrl, uniqueName('taskplans'));
-    drop = db.drop;
-    // The services' pool: named prepared statements, whose generic plans a connection keeps.
-    pool = createPool(db.url, 2);
-    await migrate(pool, migrations);
-    // A table of some thousands of rows, analyzed (by autovacuum, or by the service when it is off).
-    // A plan that hash-joins the batch over a sequential scan is cheapest here on paper, and is
-    // kept by the connection as the table grows to millions.
-    await pool.query(`INSERT INTO tasks (task_id, project_id, title, data_uri, status, attempt, version) SELECT g::text, gen_random_uuid(), 't', 's3://b/k', 'open', 1, 1 FROM generate_series(1, 2000) g`);
-    await pool.query('ANALYZE tasks');
-  });
-  afterAll(async () => {
-    await pool?.end();
-    await drop?.();
-  });
+  // A table of some thousands of rows, analyzed (by autovacuum, or by the service when it is off).
+  // A plan that hash-joins the batch over a sequential scan is cheapest here on paper, and is kept
+  // by the connection as the table grows to millions. The service's pool: named prepared statements.
+  const db = freshDatabase(
+    infra.pgUrl,
+    'taskplans',
+    async (p) => {
+      await migrate(p, migrations);
+      await p.query(`INSERT INTO tasks (task_id, project_id, title, data_uri, status, attempt, version) SELECT g::text, gen_random_uuid(), 't', 's3://b/k', 'open', 1, 1 FROM generate_series(1, 2000) g`);
+      await p.query('ANALYZE tasks');
+    },
+    { pool: (url) => createPool(url, 2) },
+  );
+  beforeAll(async () => void (pool = await db.open()));
+  afterAll(() => db.close());
 
   it("loads and saves a batch's tasks through the primary key, never scanning the whole table", async () => {
     const scans = await withTransaction(pool, (tx) =>
