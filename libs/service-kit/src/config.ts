@@ -60,7 +60,7 @@ export const BaseConfig = z.object({
    * While the server's autovacuum is off, how often the service looks for its own tables that
    * autovacuum's default rules would vacuum or analyze, and does so; 0: never.
    */
-  DB_ANALYZE_INTERVAL_MS: z.coerce.number().int().min(0).max(3_600_000).default(10_000),
+  DB_UPKEEP_INTERVAL_MS: z.coerce.number().int().min(0).max(3_600_000).default(10_000),
   /** How often durable deadlines (assignment leases, review SLAs) are checked. */
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(10).max(3_600_000).default(1_000),
   /** Fault injection for crash tests; never set in production. */

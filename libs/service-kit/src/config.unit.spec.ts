@@ -69,10 +69,10 @@ describe('service-kit: loadConfig', () => {
   });
 
   it('analyzes stale tables every 10 s by default, takes 0 as never, and refuses a negative or fractional interval', () => {
-    expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ DB_ANALYZE_INTERVAL_MS: 10_000 });
-    expect(loadConfig(BaseConfig, { ...validEnv, DB_ANALYZE_INTERVAL_MS: '0' })).toMatchObject({ DB_ANALYZE_INTERVAL_MS: 0 });
+    expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ DB_UPKEEP_INTERVAL_MS: 10_000 });
+    expect(loadConfig(BaseConfig, { ...validEnv, DB_UPKEEP_INTERVAL_MS: '0' })).toMatchObject({ DB_UPKEEP_INTERVAL_MS: 0 });
     for (const bad of ['-1', '1.5', '3600001', 'often']) {
-      expect((failure({ ...validEnv, DB_ANALYZE_INTERVAL_MS: bad }).details as string[]).map((p) => p.split(':')[0]), bad).toEqual(['DB_ANALYZE_INTERVAL_MS']);
+      expect((failure({ ...validEnv, DB_UPKEEP_INTERVAL_MS: bad }).details as string[]).map((p) => p.split(':')[0]), bad).toEqual(['DB_UPKEEP_INTERVAL_MS']);
     }
   });
 

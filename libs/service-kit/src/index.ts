@@ -10,7 +10,7 @@ export * from './runtime/index';
 export * from './decider';
 export * from './consume';
 export * from './sweeper';
-export * from './statistics';
+export * from './table-upkeep';
 export * from './ids';
 export * from './signals';
 export * from './prefer';

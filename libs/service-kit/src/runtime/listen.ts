@@ -4,7 +4,7 @@ import type { Logger } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
 import { createMetricsApp } from '../http';
 import type { Lifecycle } from '../lifecycle';
-import { upkeepTables } from '../statistics';
+import { upkeepTables } from '../table-upkeep';
 import { startSweeper } from '../sweeper';
 import { buildService, type BuildDeps, type BuiltService } from './build';
 import type { ServiceDefinition } from './definition';
@@ -52,7 +52,7 @@ async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise
     startSweeper(sweeper, { pool, emit: ctx.emit, logger, metrics: ctx.metrics, now: ctx.now, ...(caughtUpTo ? { caughtUpTo } : {}), everyMs: config.SWEEP_INTERVAL_MS }, lifecycle);
   }
   schedule(lifecycle, 'idempotency-prune', 3600_000, async () => void (await pruneIdempotencyKeys(pool)), logger);
-  if (config.DB_ANALYZE_INTERVAL_MS > 0) keepTables(built, config.DB_ANALYZE_INTERVAL_MS);
+  if (config.DB_UPKEEP_INTERVAL_MS > 0) keepTables(built, config.DB_UPKEEP_INTERVAL_MS);
   const metricsUrl = config.METRICS_PORT === undefined ? undefined : await listenForScrapers(built, config.METRICS_PORT);
   const url = await app.listen({ port: config.PORT, host: config.HOST });
   closeHttpFirst(lifecycle, app, ctx.signals);
@@ -69,7 +69,7 @@ async function listenForScrapers<C extends BaseConfig>({ ctx, lifecycle }: Built
 
 /**
  * Vacuums and analyzes the service's tables as autovacuum would while the server's autovacuum is
- * off (see statistics.ts): without it, plans made on a fresh database scan whole tables forever.
+ * off (see table-upkeep.ts): without it, plans made on a fresh database scan whole tables forever.
  * On a connection of its own, as VACUUM needs, given back between rounds.
  */
 function keepTables<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, everyMs: number): void {
@@ -85,7 +85,7 @@ function keepTables<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, e
     }
     for (const { table, vacuum } of tables) visits.inc({ table, kind: vacuum ? 'vacuum' : 'analyze' });
     if (tables.length === 0) return;
-    if (!told) ctx.logger.info('autovacuum is off on this server: the service vacuums and analyzes its own tables as autovacuum would (DB_ANALYZE_INTERVAL_MS)');
+    if (!told) ctx.logger.info('autovacuum is off on this server: the service vacuums and analyzes its own tables as autovacuum would (DB_UPKEEP_INTERVAL_MS)');
     told = true;
     ctx.logger.debug({ tables }, 'tables vacuumed or analyzed');
   }, ctx.logger);

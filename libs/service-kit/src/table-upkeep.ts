@@ -1,4 +1,4 @@
-import type { Queryable } from './db';
+import type { PoolClient, Queryable } from './db';
 
 /**
  * Doing for a service's own tables what autovacuum does, when the server does not.
@@ -49,11 +49,12 @@ export async function autovacuumRuns(db: Queryable): Promise<boolean> {
 /**
  * One round of what autovacuum would do: `VACUUM (ANALYZE)` or `ANALYZE` on each table due,
  * skipping one another session is vacuuming or analyzing right now (two instances of a service
- * need not wait for each other). Returns what it visited; nothing while autovacuum runs. Pass a
- * connection of its own, not a transaction: VACUUM cannot run inside one. It is paced like
- * autovacuum (`vacuum_cost_delay` 2 ms) so that it does not take the machine from the services.
+ * need not wait for each other). Returns what it visited; nothing while autovacuum runs. It takes
+ * one connection, not a pool, and not inside a transaction: the pacing it sets for the session
+ * (`vacuum_cost_delay` 2 ms, like autovacuum, so it does not take the machine from the services)
+ * must hold for its own statements, and VACUUM cannot run inside a transaction.
  */
-export async function upkeepTables(db: Queryable): Promise<TableUpkeep[]> {
+export async function upkeepTables(db: PoolClient): Promise<TableUpkeep[]> {
   if (await autovacuumRuns(db)) return [];
   const due = await tablesDue(db);
   if (due.length === 0) return [];

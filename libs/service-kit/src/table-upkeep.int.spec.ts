@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createTestDatabase, eventually, uniqueName } from '@labelflow/testing';
 import { createPool, type Pool } from './db';
-import { autovacuumRuns, tablesDue, upkeepTables } from './statistics';
+import { autovacuumRuns, tablesDue, upkeepTables } from './table-upkeep';
 
 const infra = inject('infra');
 
