@@ -11,6 +11,7 @@
 #   LABELFLOW_KEEP_INFRA  1: leave Kafka, PostgreSQL and Redis running at exit, even if this run
 #                         started them
 #   KAFKA_TOPIC_PREFIX    topics and consumer groups (default labelflow)
+#   LABELFLOW_CPU_PROF_DIR  each service writes a V8 CPU profile (.cpuprofile) there when it stops
 # plus those of infra/local/stack.sh (KAFKA_PORT, PGHOST, PGPORT, PGUSER, REDIS_HOST, REDIS_PORT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,12 +60,16 @@ RESTART_MAX_S=30
 RESTART_RESET_S=60
 declare -A pid=() since=() delay=() restarts=() timer=()
 
+# LABELFLOW_CPU_PROF_DIR: each service writes a V8 CPU profile there when it stops (as with tests and benches).
+profile=()
+if [ -n "${LABELFLOW_CPU_PROF_DIR:-}" ]; then profile=(--cpu-prof "--cpu-prof-dir=$LABELFLOW_CPU_PROF_DIR"); fi
+
 # Starts (or restarts, appending to its log) one service in the background; its pid in pid[svc].
 launch() {
   local svc=$1 db="${1//-/_}$DB_SUFFIX"
   if [ -z "${restarts[$svc]:-}" ]; then : >"$SVC_LOG_DIR/$svc.log"; fi
   PORT="${ports[$svc]}" DATABASE_URL="$PG_URL/$db" KAFKA_TOPIC_PREFIX="${KAFKA_TOPIC_PREFIX:-labelflow}" \
-    node --enable-source-maps "dist/apps/$svc/main.js" >>"$SVC_LOG_DIR/$svc.log" 2>&1 &
+    node --enable-source-maps "${profile[@]}" "dist/apps/$svc/main.js" >>"$SVC_LOG_DIR/$svc.log" 2>&1 &
   pid[$svc]=$!
   since[$svc]=$SECONDS
 }

@@ -51,6 +51,15 @@ export interface BatchProcessor<E> {
 /** The span of each delivery being processed while tracing records; `recordOutcomes` notes what became of it. */
 const deliverySpans = new WeakMap<Delivery<unknown>, TraceSpan>();
 
+/** Runs `work` linked to the trace of every delivery (one call applying several partitions' runs). */
+export function linkedToDeliveries<T>(deliveries: readonly Delivery<unknown>[], work: () => Promise<T>): Promise<T> {
+  if (!tracingEnabled()) return work();
+  return runLinked(
+    deliveries.flatMap((d) => deliverySpans.get(d) ?? []),
+    work,
+  );
+}
+
 /** The saga facts an event carries, read without knowing its type (the loop is generic). */
 function factsOf(event: { readonly type: string }): SagaFacts {
   const { taskId, projectId, attempt } = event as { taskId?: unknown; projectId?: unknown; attempt?: unknown };

@@ -8,6 +8,7 @@ export function createConsumerMetrics(metrics: Metrics | undefined) {
     processed: metrics?.counter('consumer_messages_total', 'Consumed messages by outcome', ['topic', 'type', 'outcome']),
     latency: metrics?.histogram('consumer_processing_seconds', 'Time from receipt to committed effect', ['topic', 'type']),
     batchSizes: metrics?.histogram('consumer_batch_size', 'Events applied together in one processor call', ['topic'], [1, 2, 5, 10, 20, 50, 100, 200, 500]),
+    groupedRuns: metrics?.histogram('consumer_grouped_runs', 'Runs (partition batches) applied together in one processor call by group commit', [], [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]),
     retries: metrics?.counter('consumer_retries_total', 'Processor calls that failed and were retried or split', ['topic', 'kind']),
     duplicates: metrics?.counter('dedup_duplicates_total', 'Duplicate deliveries caught, by the tier that caught them', ['tier']),
     deadLettered: metrics?.counter('consumer_dead_lettered_total', 'Messages sent to the dead-letter topic', ['topic', 'code']),

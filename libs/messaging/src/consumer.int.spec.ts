@@ -33,6 +33,8 @@ describe('the consumer loop', () => {
     check?: (m: Msg) => Promise<void>;
     applied?: number[];
     runs?: number[][];
+    /** Every run handed to the processor, whether it then committed or threw. */
+    attempts?: number[][];
     handles?: (type: string) => boolean;
     isRetriable?: (e: unknown) => boolean;
     progressEveryMs?: number;
@@ -52,6 +54,7 @@ describe('the consumer loop', () => {
       processor: {
         handles: opts.handles ?? (() => true),
         async process(run) {
+          opts.attempts?.push(run.map(({ event }) => event.n));
           for (const { event } of run) await opts.check?.(event);
           opts.runs?.push(run.map(({ event }) => event.n));
           opts.applied?.push(...run.map(({ event }) => event.n));
@@ -209,6 +212,72 @@ describe('the consumer loop', () => {
     const [dead] = await readTopic(infra.kafkaBrokers, t.dlq, (m) => m.length >= 1);
     expect(dead!.headers?.['dlq-source-offset']?.toString()).toBe('4');
     await eventually(async () => expect(await committed(t.groupId, t.topic)).toBe(8));
+  });
+
+  describe('with several partitions (group commit)', () => {
+    const PARTITIONS = 4;
+    const setupPartitioned = async () => {
+      const topic = uniqueName('consumer-topic');
+      const dlq = `${topic}.dlq`;
+      await ensureTopics(kafka, [topic], PARTITIONS);
+      await ensureTopics(kafka, [dlq], 1);
+      return { topic, dlq, groupId: uniqueName('group') };
+    };
+    /** Message n lives in partition ⌊n / 10⌋, so a run shows which partitions it came from. */
+    const sendTo = (topic: string, ns: number[]) =>
+      produceRaw(infra.kafkaBrokers, topic, ns.map((n) => ({ key: `k${n}`, partition: Math.floor(n / 10), value: JSON.stringify({ type: 'Msg', taskId: `k${n}`, n }) })));
+    const committedAll = async (groupId: string, topic: string) => {
+      const admin = kafka.admin();
+      await admin.connect();
+      try {
+        const [entry] = await admin.fetchOffsets({ groupId, topics: [topic] });
+        return Object.fromEntries((entry?.partitions ?? []).map((p) => [p.partition, Number(p.offset)]));
+      } finally {
+        await admin.disconnect();
+      }
+    };
+    const partitionsOf = (run: number[]) => new Set(run.map((n) => Math.floor(n / 10))).size;
+
+    it('applies the batches of several partitions fetched together in one processor call, each message once, and commits every partition', async () => {
+      const t = await setupPartitioned();
+      const applied: number[] = [];
+      const runs: number[][] = [];
+      const all = [0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32];
+      // Produced before the consumer joins: its first fetch brings every partition's batch at once.
+      await sendTo(t.topic, all);
+      const { metrics } = await start({ ...t, applied, runs });
+
+      await eventually(() => expect([...applied].sort((a, b) => a - b)).toEqual(all));
+      expect(runs.length).toBeLessThan(PARTITIONS);
+      expect(Math.max(...runs.map(partitionsOf))).toBeGreaterThan(1);
+      // Order inside each partition is kept.
+      for (const run of runs) for (let p = 0; p < PARTITIONS; p++) expect(run.filter((n) => Math.floor(n / 10) === p)).toEqual([...run.filter((n) => Math.floor(n / 10) === p)].sort((a, b) => a - b));
+      expect(metricValue(await metrics.render(), 'consumer_grouped_runs_sum')).toBe(PARTITIONS);
+      await eventually(async () => expect(await committedAll(t.groupId, t.topic)).toEqual({ 0: 3, 1: 3, 2: 3, 3: 3 }));
+    });
+
+    it('dead-letters a poison message of one partition alone when its batch was merged with others, and applies every other message once', async () => {
+      const t = await setupPartitioned();
+      const applied: number[] = [];
+      const attempts: number[][] = [];
+      const all = [0, 1, 2, 10, 11, 12, 20, 21, 22];
+      await sendTo(t.topic, all);
+      await start({
+        ...t,
+        applied,
+        attempts,
+        check: async (m) => {
+          if (m.n === 11) throw Object.assign(new Error('bug in handler'), { code: 'BUG' });
+        },
+      });
+
+      await eventually(() => expect([...applied].sort((a, b) => a - b)).toEqual(all.filter((n) => n !== 11)));
+      // The poison message was first tried together with other partitions' messages.
+      expect(attempts.find((run) => run.includes(11))!.length).toBeGreaterThan(3);
+      const [dead] = await readTopic(infra.kafkaBrokers, t.dlq, (m) => m.length >= 1);
+      expect([dead!.headers?.['dlq-source-partition']?.toString(), dead!.headers?.['dlq-source-offset']?.toString()]).toEqual(['1', '1']);
+      await eventually(async () => expect(await committedAll(t.groupId, t.topic)).toEqual({ 0: 3, 1: 3, 2: 3, 3: -1 }));
+    });
   });
 
   it('skips event types the service does not react to by their header, without decoding them, and commits past them', async () => {

@@ -1,12 +1,13 @@
 import { Partitioners, type Consumer, type ConsumerRunConfig, type Kafka, type Producer } from 'kafkajs';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { RawMessage } from './codec';
-import { createBatchHandler, recordOutcomes, type BatchProcessor, type Delivery, type TopicBinding } from './consumer-batch';
+import { createBatchHandler, linkedToDeliveries, recordOutcomes, type BatchProcessor, type Delivery, type TopicBinding } from './consumer-batch';
 import { createConsumerMetrics } from './consumer-metrics';
 import { createProgressProbe } from './consumer-progress';
 import { createRunApplier, defaultIsRetriable, defaultRetry, type RetryPolicy } from './consumer-retry';
 import { defaultRestart, superviseConsumer, type ConsumerHealth, type RestartPolicy } from './consumer-supervision';
 import { createDeadLetter } from './dead-letter';
+import { defaultGroupCommit, groupCommit, type GroupCommitOptions } from './group-commit';
 
 export interface ConsumerLoopOptions<E> {
   readonly kafka: Kafka;
@@ -20,7 +21,13 @@ export interface ConsumerLoopOptions<E> {
   /** True when waiting can fix the failure (database or broker down): retried without limit, never split. */
   readonly isRetriable?: (error: unknown) => boolean;
   readonly retry?: Partial<RetryPolicy>;
+  /** Partition batches handed to eachBatch at once (default 32 with group commit, else 3). */
   readonly partitionsConsumedConcurrently?: number;
+  /**
+   * Runs from several partitions that arrive together go to the processor as one call (one
+   * transaction): see group-commit.ts. `false` gives each partition's run its own call.
+   */
+  readonly groupCommit?: Partial<Pick<GroupCommitOptions<unknown>, 'maxDeliveries' | 'concurrency'>> | false;
   readonly sessionTimeoutMs?: number;
   /** Upper bound of a fetch per partition; a batch is at most what one fetch returns. */
   readonly maxBytesPerPartition?: number;
@@ -66,10 +73,14 @@ export interface ConsumerLoop {
  * on the side (consumer-progress.ts).
  */
 export function createConsumerLoop<E extends { readonly type: string }>(options: ConsumerLoopOptions<E>): ConsumerLoop {
-  const { kafka, groupId, bindings, processor, deadLetterTopic, logger } = options;
+  const { kafka, groupId, bindings, deadLetterTopic, logger } = options;
   const retry = { ...defaultRetry, ...options.retry };
   const log = logger.child({ component: 'consumer', groupId });
   const metrics = createConsumerMetrics(options.metrics);
+  const grouping = options.groupCommit === false ? undefined : { ...defaultGroupCommit, ...options.groupCommit };
+  const processor = grouping
+    ? groupCommit(options.processor, { ...grouping, merged: linkedToDeliveries, onGroup: (runs) => metrics.groupedRuns?.observe(runs) })
+    : options.processor;
   const consumer = kafka.consumer({
     groupId,
     sessionTimeout: options.sessionTimeoutMs ?? 30_000,
@@ -97,7 +108,8 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     eachBatchAutoResolve: false,
     autoCommit: true,
     autoCommitInterval: 1_000,
-    partitionsConsumedConcurrently: options.partitionsConsumedConcurrently ?? 3,
+    // With group commit, a worker per partition lets a whole fetch reach the processor at once.
+    partitionsConsumedConcurrently: options.partitionsConsumedConcurrently ?? (grouping ? 32 : 3),
     eachBatch: createBatchHandler<E>({ processor, bindings, metrics, log, apply, deadLetter, raws }),
   };
   const progress = createProgressProbe({ admin, groupId, topics: bindings.map((b) => b.topic), everyMs: options.progressEveryMs ?? 1_000, metrics, log });

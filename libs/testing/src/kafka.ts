@@ -10,11 +10,11 @@ const run = promisify(execFile);
 const client = (brokers: string) => new Kafka({ clientId: uniqueName('test'), brokers: brokers.split(','), logLevel: logLevel.NOTHING });
 
 /** Produces raw bytes to a topic, bypassing every schema: for garbage and replay tests. */
-export async function produceRaw(brokers: string, topic: string, messages: readonly { key?: string | null; value: string | Buffer | null; headers?: IHeaders }[]): Promise<void> {
+export async function produceRaw(brokers: string, topic: string, messages: readonly { key?: string | null; value: string | Buffer | null; headers?: IHeaders; partition?: number }[]): Promise<void> {
   const producer = client(brokers).producer({ allowAutoTopicCreation: false });
   await producer.connect();
   try {
-    await producer.send({ topic, messages: messages.map((m) => ({ key: m.key ?? null, value: m.value, headers: m.headers })) });
+    await producer.send({ topic, messages: messages.map((m) => ({ key: m.key ?? null, value: m.value, headers: m.headers, ...(m.partition === undefined ? {} : { partition: m.partition }) })) });
   } finally {
     await producer.disconnect();
   }
