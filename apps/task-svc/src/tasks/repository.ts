@@ -154,8 +154,13 @@ export async function claimExpiredLeases(tx: Queryable, limit: number, now: Date
  * later tasks must use the same one. Returns null when `requested` contradicts the registered key.
  */
 export async function projectKeyFor(tx: Queryable, projectId: string, requested: string | undefined, fallback: string): Promise<{ key: string } | { conflict: string }> {
-  await tx.query('INSERT INTO project_keys (project_id, project_key) VALUES ($1, $2) ON CONFLICT (project_id) DO NOTHING', [projectId, requested ?? fallback]);
-  const { rows } = await tx.query<{ project_key: string }>('SELECT project_key FROM project_keys WHERE project_id = $1', [projectId]);
-  const key = rows[0]?.project_key ?? fallback;
+  const registered = async () => (await tx.query<{ project_key: string }>('SELECT project_key FROM project_keys WHERE project_id = $1', [projectId])).rows[0]?.project_key;
+  // Every task but a project's first finds the key with this one read, and writes nothing.
+  let key = await registered();
+  if (key === undefined) {
+    await tx.query('INSERT INTO project_keys (project_id, project_key) VALUES ($1, $2) ON CONFLICT (project_id) DO NOTHING', [projectId, requested ?? fallback]);
+    // Read again: a concurrent first task of the project may have registered another key first.
+    key = (await registered()) ?? fallback;
+  }
   return requested !== undefined && requested !== key ? { conflict: key } : { key };
 }
