@@ -6,6 +6,7 @@ import type { ConsumerMetrics } from './consumer-metrics';
 import type { ApplyRun, Step } from './consumer-retry';
 import type { DeadLetter } from './dead-letter';
 import { MessagingErrors } from './errors';
+import type { CommitSender, OffsetCommitter } from './offset-committer';
 
 /** The header every labelflow producer stamps with the event's type, so consumers can skip unread. */
 export const EVENT_TYPE_HEADER = 'event-type';
@@ -124,6 +125,8 @@ export interface BatchHandlerDeps<E> {
   readonly deadLetter: DeadLetter;
   /** Where each decoded delivery's original message is kept, for dead-lettering it later. */
   readonly raws: WeakMap<Delivery<E>, RawMessage>;
+  /** Commits the resolved offsets once per batch, one request for every batch done meanwhile. */
+  readonly offsets: OffsetCommitter;
 }
 
 /**
@@ -131,7 +134,7 @@ export interface BatchHandlerDeps<E> {
  * hand each run of decoded events to the processor as one unit, and only then resolve the offsets.
  */
 export function createBatchHandler<E extends { readonly type: string }>(deps: BatchHandlerDeps<E>): (payload: EachBatchPayload) => Promise<void> {
-  const { processor, metrics, log, apply, deadLetter, raws } = deps;
+  const { processor, metrics, log, apply, deadLetter, raws, offsets } = deps;
   const schemas = new Map(deps.bindings.map((b) => [b.topic, b.schema]));
 
   /**
@@ -158,11 +161,32 @@ export function createBatchHandler<E extends { readonly type: string }>(deps: Ba
     }
   }
 
+  /** One OffsetCommit through the payload: unlike `consumer.commitOffsets`, it still commits while the consumer stops. */
+  const sender =
+    (payload: EachBatchPayload): CommitSender =>
+    (next) => {
+      const topics = new Map<string, { partition: number; offset: string }[]>();
+      for (const { topic, partition, offset } of next) topics.set(topic, [...(topics.get(topic) ?? []), { partition, offset }]);
+      return payload.commitOffsetsIfNecessary({ topics: [...topics].map(([topic, partitions]) => ({ topic, partitions })) });
+    };
+
   return async function processBatch(payload: EachBatchPayload): Promise<void> {
+    try {
+      await consume(payload);
+    } finally {
+      // Also after an aborted batch: what it did finish is committed, as kafkajs's auto-commit would.
+      await offsets.commit(sender(payload));
+    }
+  };
+
+  async function consume(payload: EachBatchPayload): Promise<void> {
     const { batch } = payload;
     const items = batch.messages.map((m) => prepare(batch.topic, batch.partition, m));
     let run: Delivery<E>[] = [];
-    const resolve = (offset: string) => payload.resolveOffset(offset);
+    const resolve = (offset: string) => {
+      payload.resolveOffset(offset);
+      offsets.resolved(batch.topic, batch.partition, offset);
+    };
     // Runs of decodable events go to the processor together; a skipped or unreadable message in
     // between only needs its offset, once everything before it is done.
     const flush = async (): Promise<Step> => {
@@ -227,7 +251,6 @@ export function createBatchHandler<E extends { readonly type: string }>(deps: Ba
       }
       resolve(item.raw.offset);
     }
-    if ((await flush()) === 'aborted') return;
-    await payload.commitOffsetsIfNecessary();
-  };
+    await flush();
+  }
 }

@@ -8,6 +8,7 @@ import { createRunApplier, defaultIsRetriable, defaultRetry, type RetryPolicy } 
 import { defaultRestart, superviseConsumer, type ConsumerHealth, type RestartPolicy } from './consumer-supervision';
 import { createDeadLetter } from './dead-letter';
 import { defaultGroupCommit, groupCommit, type GroupCommitOptions } from './group-commit';
+import { createOffsetCommitter } from './offset-committer';
 
 export interface ConsumerLoopOptions<E> {
   readonly kafka: Kafka;
@@ -104,13 +105,16 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     record: (deliveries, outcomes, started) => recordOutcomes({ metrics, log }, deliveries, outcomes, started),
     deadLetter: (delivery, code, reason, payload) => deadLetter(raws.get(delivery)!, code, reason, payload),
   });
+  const offsets = createOffsetCommitter({ log });
+  // A new assignment: what this member resolved and did not commit is the partitions' new owners' to commit.
+  consumer.on(consumer.events.GROUP_JOIN, () => offsets.reset());
   const runConfig: ConsumerRunConfig = {
     eachBatchAutoResolve: false,
-    autoCommit: true,
-    autoCommitInterval: 1_000,
+    // Committed by the loop (offset-committer.ts): one request per batch done, shared by every batch done meanwhile.
+    autoCommit: false,
     // With group commit, a worker per partition lets a whole fetch reach the processor at once.
     partitionsConsumedConcurrently: options.partitionsConsumedConcurrently ?? (grouping ? 32 : 3),
-    eachBatch: createBatchHandler<E>({ processor, bindings, metrics, log, apply, deadLetter, raws }),
+    eachBatch: createBatchHandler<E>({ processor, bindings, metrics, log, apply, deadLetter, raws, offsets }),
   };
   const progress = createProgressProbe({ admin, groupId, topics: bindings.map((b) => b.topic), everyMs: options.progressEveryMs ?? 1_000, metrics, log });
   const supervision = superviseConsumer({ consumer, runConfig, policy: { ...defaultRestart, ...options.restart }, metrics, log });
