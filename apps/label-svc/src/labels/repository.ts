@@ -43,6 +43,12 @@ const toLabel = (r: LabelRow): Label => ({
  * Loads and locks the task's row (assignment, lease and cancellation tombstone), so two submissions
  * or reactions for one task serialize. A task without a row races to its primary key instead.
  */
+/** The task's assignment alone, unlocked: what a request checks before it runs a command (its project). */
+export async function loadAssignment(db: Queryable, taskId: TaskId): Promise<Assignment | null> {
+  const { rows } = await db.query<AssignmentRow>('SELECT project_id, attempt, annotator_id, lease_expires_at, cancelled_at, version FROM assignments WHERE task_id = $1', [taskId]);
+  return rows[0] ? toAssignment(rows[0]) : null;
+}
+
 export async function loadLabelTask(db: Queryable, taskId: TaskId, lock = true): Promise<LabelTaskState> {
   const a = await db.query<AssignmentRow>(
     `SELECT project_id, attempt, annotator_id, lease_expires_at, cancelled_at, version FROM assignments WHERE task_id = $1${lock ? ' FOR UPDATE' : ''}`,

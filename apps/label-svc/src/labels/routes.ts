@@ -7,7 +7,7 @@ import { clientGone, guard, honourPreferWait, HttpError, parseInput, retryWhileN
 import type { LabelSvcConfig } from '../config';
 import type { LabelRejection } from './decide';
 import { executeLabel } from './execute';
-import { listLabelRows, loadLabelTask } from './repository';
+import { listLabelRows, loadAssignment, loadLabelTask } from './repository';
 
 // Strict down to each annotation: a misspelt field (`confidnce`) is an error, not silently dropped.
 // The annotator is the caller; an `annotatorId`, if sent, must name the caller.
@@ -55,11 +55,11 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
         // The project is known once any event of the task arrived (it never changes after); before
         // that, the answer is ASSIGNMENT_UNKNOWN (not yet) whoever asks, and the command never runs
         // unchecked. Another tenant's task answers the same, so task ids cannot be probed.
-        const known = await loadLabelTask(ctx.pool, taskId, false);
-        if (!known.assignment || !canSeeProject(request.principal, known.assignment.projectId)) {
+        const assignment = await loadAssignment(ctx.pool, taskId);
+        if (!assignment || !canSeeProject(request.principal, assignment.projectId)) {
           throw new HttpError(409, 'ASSIGNMENT_UNKNOWN', `task ${taskId} has no assignment (yet): claim it first, or retry shortly`);
         }
-        guard(request, Permission.labelsSubmit, known.assignment.projectId, taskNotFound(taskId));
+        guard(request, Permission.labelsSubmit, assignment.projectId, taskNotFound(taskId));
         return request.idempotent({}, async (tx, key) => {
           const result = await executeLabel(tx, { type: 'SubmitLabels', taskId, annotatorId, ...body, now: ctx.now() }, ctx.config);
           if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);

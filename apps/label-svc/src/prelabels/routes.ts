@@ -5,7 +5,7 @@ import { can, Permission } from '@labelflow/auth';
 import { ModelName, ModelVersion, ProjectId, TaskId } from '@labelflow/contracts';
 import { guard, HttpError, parseInput, type ServiceContext } from '@labelflow/service-kit';
 import type { LabelSvcConfig } from '../config';
-import { loadLabelTask } from '../labels/repository';
+import { loadAssignment } from '../labels/repository';
 import { listPrelabels, loadPolicy, savePolicy, type PolicyRecord } from './repository';
 
 const PolicyBody = z
@@ -48,7 +48,7 @@ export function prelabelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSv
   // (managers, owners, admins). A proposal that came before the assignment is shown once it arrives.
   app.get('/tasks/:taskId/prelabels', async (request) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
-    const { assignment } = await loadLabelTask(ctx.pool, taskId, false);
+    const assignment = await loadAssignment(ctx.pool, taskId);
     if (!assignment) throw new HttpError(404, 'TASK_NOT_FOUND', `label-svc knows nothing of task ${taskId}`);
     guard(request, Permission.labelsRead, assignment.projectId, taskNotFound(taskId));
     if (!can(request.principal, Permission.peopleRead, assignment.projectId) && assignment.annotatorId !== request.principal.subject) {

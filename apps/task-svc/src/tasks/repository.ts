@@ -118,25 +118,28 @@ export async function listTasks(db: Queryable, filter: TaskListFilter): Promise<
 
 /**
  * Saves with compare-and-set on `version`: `previous` is the version that was loaded. Losing the
- * race is a retriable conflict (the consumer retries; HTTP answers 409).
+ * race is a retriable conflict (the consumer retries; HTTP answers 409). Returns the row as saved
+ * (its version and timestamps), so an answer needs no second read.
  */
-export async function saveTask(db: Queryable, next: TaskState, previousVersion: number | null): Promise<void> {
+export async function saveTask(db: Queryable, next: TaskState, previousVersion: number | null): Promise<TaskRecord> {
   if (previousVersion === null) {
-    await db.query(
+    const { rows } = await db.query<TaskRow>(
       `INSERT INTO tasks (task_id, project_id, title, data_uri, task_number, status, attempt, assignee, lease_expires_at, reason, version)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 1)`,
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 1) RETURNING *`,
       [next.taskId, next.projectId, next.title, next.dataUri, next.taskNumber, next.status, next.attempt, next.assignee, next.leaseExpiresAt, next.reason],
     );
-    return;
+    return toState(rows[0] as TaskRow);
   }
-  const result = await db.query(
+  const { rows } = await db.query<TaskRow>(
     `UPDATE tasks SET status = $2, attempt = $3, assignee = $4, lease_expires_at = $5, reason = $6, version = version + 1, updated_at = now()
-     WHERE task_id = $1 AND version = $7`,
+     WHERE task_id = $1 AND version = $7 RETURNING *`,
     [next.taskId, next.status, next.attempt, next.assignee, next.leaseExpiresAt, next.reason, previousVersion],
   );
-  if (result.rowCount !== 1) {
+  const [saved] = rows;
+  if (!saved) {
     throw new ServiceKitError(ServiceKitErrors.CONCURRENT_UPDATE, `task ${next.taskId} changed concurrently`, { retriable: true });
   }
+  return toState(saved);
 }
 
 /** Locks assigned tasks whose lease ended more than `graceMs` ago; other instances skip them. */

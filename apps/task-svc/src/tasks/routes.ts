@@ -7,7 +7,7 @@ import { AnnotatorId, Attempt, ProjectId, storable, TaskId } from '@labelflow/co
 import { awaitTask, clientGone, decodeCursor, encodeCursor, guard, honourPreferWait, HttpError, PageQuery, parseInput, type PoolClient, type ServiceContext } from '@labelflow/service-kit';
 import type { TaskSvcConfig } from '../config';
 import type { TaskCommand, TaskRejection } from './decide';
-import { executeTask } from './execute';
+import { executeTask, type TaskSeen } from './execute';
 import { listTasks, loadTask, projectKeyFor, TaskListPosition, type TaskRecord } from './repository';
 import { TaskStatus } from './state';
 
@@ -90,13 +90,13 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
   const run = (request: FastifyRequest, options: IdempotentOptions, make: Command | ((tx: PoolClient) => Promise<Command>), status = 200) =>
     request.idempotent(options, async (tx, key) => {
       const command = typeof make === 'function' ? await make(tx) : make;
-      const result = await executeTask(tx, command);
-      if (!result.ok) throw rejection(result.reason, request, await loadTask(tx, command.taskId));
+      const seen: TaskSeen = {};
+      const result = await executeTask(tx, command, seen);
+      if (!result.ok) throw rejection(result.reason, request, seen.record ?? null);
       await ctx.emit(tx, result.events, key);
       await ctx.signals.publish(tx, [command.taskId]);
-      const saved = await loadTask(tx, command.taskId);
-      if (!saved) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${command.taskId} does not exist`);
-      return { status, body: toView(saved, request) };
+      if (!seen.record) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${command.taskId} does not exist`);
+      return { status, body: toView(seen.record, request) };
     });
 
   app.post('/tasks', async (request) => {
