@@ -42,8 +42,13 @@ const reviewUpsertSet = `status = EXCLUDED.status, reviewer_id = EXCLUDED.review
  * first, so they serialize even before the task has a review, and never deadlock each other.
  */
 export async function loadReviews(db: Queryable, taskId: TaskId, lock = true): Promise<ReviewTaskState> {
-  if (lock) await db.query('INSERT INTO review_tasks (task_id) VALUES ($1) ON CONFLICT (task_id) DO NOTHING', [taskId]);
-  const task = await db.query<ReviewTaskRow>(`SELECT reopened_attempt, cancelled_at FROM review_tasks WHERE task_id = $1${lock ? ' FOR UPDATE' : ''}`, [taskId]);
+  const read = () => db.query<ReviewTaskRow>(`SELECT reopened_attempt, cancelled_at FROM review_tasks WHERE task_id = $1${lock ? ' FOR UPDATE' : ''}`, [taskId]);
+  let task = await read();
+  // A task this service has seen (every one a decision is made on) has its row: one statement.
+  if (lock && task.rows.length === 0) {
+    await db.query('INSERT INTO review_tasks (task_id) VALUES ($1) ON CONFLICT (task_id) DO NOTHING', [taskId]);
+    task = await read();
+  }
   const { rows } = await db.query<ReviewRow>('SELECT * FROM reviews WHERE task_id = $1 ORDER BY attempt', [taskId]);
   const row = task.rows[0];
   return { ...emptyState(taskId), reviews: rows.map(toReview), reopenedAttempt: row?.reopened_attempt ?? 0, cancelled: row?.cancelled_at != null };

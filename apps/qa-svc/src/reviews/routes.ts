@@ -62,12 +62,13 @@ const toView = (r: Row, request: FastifyRequest) => {
 const reviewNotFound = (taskId: string) => ({ code: 'REVIEW_NOT_FOUND', message: `no review for task ${taskId} (yet)` });
 
 export function reviewRoutes(app: FastifyInstance, ctx: ServiceContext<QaSvcConfig>): void {
-  const latestView = async (request: FastifyRequest, taskId: string, db: Queryable = ctx.pool) => {
+  /** `cancelled`: whether the task is cancelled, when the caller already knows it (no second read). */
+  const latestView = async (request: FastifyRequest, taskId: string, db: Queryable = ctx.pool, cancelled?: boolean) => {
     const rows = await listReviewRows(db, { taskId, limit: 1000 });
     const latest = rows[rows.length - 1];
     if (!latest) throw new HttpError(404, 'REVIEW_NOT_FOUND', `no review for task ${taskId} (yet)`);
     guard(request, Permission.reviewRead, latest.project_id as ProjectId, reviewNotFound(taskId));
-    return { ...toView(latest, request), taskCancelled: await isCancelled(db, taskId), history: rows.map((r) => toView(r, request)) };
+    return { ...toView(latest, request), taskCancelled: cancelled ?? (await isCancelled(db, taskId)), history: rows.map((r) => toView(r, request)) };
   };
 
   // A retried decision with the same Idempotency-Key gets the first answer back, not a 409.
@@ -97,7 +98,7 @@ export function reviewRoutes(app: FastifyInstance, ctx: ServiceContext<QaSvcConf
           const result = await executeReview(tx, { type: 'DecideReview', taskId, reviewerId, ...body });
           if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
           await ctx.emit(tx, result.events, key);
-          return { status: 200, body: await latestView(request, taskId, tx) };
+          return { status: 200, body: await latestView(request, taskId, tx, result.state.cancelled) };
         });
       },
     });
