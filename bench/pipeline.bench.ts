@@ -350,7 +350,7 @@ async function runPipeline(env: Env, prefix: string, workload: Workload, tag: st
     });
     closers.push(['gate', () => gate.close()]);
     await step('gate warm', () => gate.warm());
-    const processor = createExactlyOnce({ pool, gate, consumers: [reviewConsumer], ctx, emitMany: emitter.emitMany, onApplied: (tx, taskIds) => signals.publish(tx, taskIds) });
+    const processor = createExactlyOnce({ pool, gate, consumers: [reviewConsumer], ctx, emitMany: emitter.emitMany, onApplied: (taskIds) => signals.notification(taskIds) });
     const loop = createConsumerLoop<DomainEvent>({
       kafka,
       groupId,

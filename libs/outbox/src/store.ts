@@ -10,12 +10,25 @@ export interface OutboxMessage {
   readonly headers?: Readonly<Record<string, string>>;
 }
 
+/** NOTIFYs of the caller's own (one per payload on `channel`) that ride with the outbox insert. */
+export interface Notification {
+  readonly channel: string;
+  readonly payloads: readonly string[];
+}
+
+/** Sends a notification by itself, in the caller's transaction (NOTIFY waits for the COMMIT). */
+export async function notify(tx: Queryable, notification: Notification): Promise<void> {
+  if (notification.payloads.length === 0) return;
+  await tx.query('SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload', [notification.channel, notification.payloads]);
+}
+
 /**
  * Appends messages to the outbox inside the caller's transaction and wakes the relay. NOTIFY is
- * transactional: the relay only hears about rows that committed.
+ * transactional: the relay only hears about rows that committed. `also`: the caller's own
+ * notification (e.g. "these tasks changed"), sent in the same statement instead of one more.
  */
-export async function enqueue(tx: Queryable, channel: string, messages: readonly OutboxMessage[]): Promise<void> {
-  if (messages.length === 0) return;
+export async function enqueue(tx: Queryable, channel: string, messages: readonly OutboxMessage[], also?: Notification): Promise<void> {
+  if (messages.length === 0) return also ? notify(tx, also) : undefined;
   // One round trip with one parameter, whatever the batch: the rows travel as one JSON array (a
   // row per parameter would hit PostgreSQL's 65,535-parameter limit on a large batch, and text
   // arrays of JSON would need every quote in every payload escaped), serialized by one native
@@ -29,7 +42,7 @@ export async function enqueue(tx: Queryable, channel: string, messages: readonly
        FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (e text, t text, k text, y text, p jsonb, h jsonb)) WITH ORDINALITY AS m(e, t, k, y, p, h, n)
        ORDER BY m.n
        RETURNING 1)
-     SELECT pg_notify($2, '')`,
-    [JSON.stringify(rows), channel],
+     SELECT pg_notify($2, '') UNION ALL SELECT pg_notify($3, payload) FROM unnest($4::text[]) AS payload`,
+    [JSON.stringify(rows), channel, also?.channel ?? channel, also?.payloads ?? []],
   );
 }

@@ -1,8 +1,9 @@
 import { dedupTypeOf, type ConsumedEvent, type ConsumedOf, type ConsumedType, type DomainEvent, type TaskId } from '@labelflow/contracts';
 import { formatKey, recordManyInInbox, type DedupGate, type DedupKey } from '@labelflow/dedup';
 import type { BatchProcessor, Delivery, DeliveryOutcome } from '@labelflow/messaging';
+import { notify, type Notification } from '@labelflow/outbox';
 import { continuedTraceHeaders, currentTraceHeaders, tracingEnabled, withSpan, type TraceHeaders } from '@labelflow/telemetry';
-import { withTransaction, type Pool, type PoolClient, type Queryable } from './db';
+import { withTransaction, type Pool, type PoolClient } from './db';
 import type { Executed, Rejection } from './decider';
 import type { DraftGroup, EmitMany, EventDraft } from './events';
 
@@ -122,8 +123,11 @@ export interface ExactlyOnceDeps<X> {
   readonly consumers: readonly EventConsumer<X>[];
   readonly ctx: X;
   readonly emitMany: EmitMany;
-  /** Runs in the batch's transaction with the tasks it changed (e.g. to wake waiting requests). */
-  readonly onApplied?: (tx: Queryable, taskIds: readonly string[]) => Promise<void>;
+  /**
+   * What to NOTIFY in the batch's transaction about the tasks it changed (e.g. to wake waiting
+   * requests): sent with the outbox insert when the batch emits, else by itself.
+   */
+  readonly onApplied?: (taskIds: readonly string[]) => Notification;
 }
 
 // The one place a consumed event's dedup key is derived (the type part: see dedupTypeOf).
@@ -218,8 +222,9 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
         if (applied.events.length > 0) groups.push({ drafts: applied.events, causationId: event.id, trace: trace() });
       }
       for (const batch of opened.values()) await batch.save();
-      if (groups.length > 0) await deps.emitMany(tx, groups);
-      if (changed.size > 0 && deps.onApplied) await deps.onApplied(tx, [...changed]);
+      const signal = changed.size > 0 ? deps.onApplied?.([...changed]) : undefined;
+      if (groups.length > 0) await deps.emitMany(tx, groups, signal);
+      else if (signal) await notify(tx, signal);
     });
   }
 

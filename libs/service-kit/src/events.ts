@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { TopicSchemas, topicName, topicOf, type DomainEvent, type EventId } from '@labelflow/contracts';
-import { enqueue, type OutboxMessage } from '@labelflow/outbox';
+import { enqueue, type Notification, type OutboxMessage } from '@labelflow/outbox';
 import { currentTraceHeaders } from '@labelflow/telemetry';
 import type { Queryable } from './db';
 import { ServiceKitError, ServiceKitErrors } from './errors';
@@ -25,7 +25,8 @@ export interface EmitDeps {
   readonly newId: () => Promise<string> | string;
 }
 
-export type Emit = (tx: Queryable, drafts: readonly EventDraft[], causationId?: string) => Promise<readonly DomainEvent[]>;
+/** `also`: a notification of the caller's (task signals) sent with the outbox insert, in the same statement. */
+export type Emit = (tx: Queryable, drafts: readonly EventDraft[], causationId?: string, also?: Notification) => Promise<readonly DomainEvent[]>;
 
 /** Drafts decided together, with what caused them: the causation id and the trace to continue. */
 export interface DraftGroup {
@@ -36,7 +37,7 @@ export interface DraftGroup {
 }
 
 /** Emits several groups with one outbox insert and one NOTIFY: a consumed batch's whole output. */
-export type EmitMany = (tx: Queryable, groups: readonly DraftGroup[]) => Promise<readonly DomainEvent[]>;
+export type EmitMany = (tx: Queryable, groups: readonly DraftGroup[], also?: Notification) => Promise<readonly DomainEvent[]>;
 
 /**
  * Checks an outgoing event against its topic's schema. An event the other services cannot read
@@ -68,7 +69,7 @@ export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly e
     if (topic === undefined) topics.set(type, (topic = topicName(deps.topicPrefix, topicOf(type))));
     return topic;
   };
-  const emitMany: EmitMany = async (tx, groups) => {
+  const emitMany: EmitMany = async (tx, groups, also) => {
     const events: DomainEvent[] = [];
     const messages: OutboxMessage[] = [];
     // Events written in one transaction happen at one instant.
@@ -88,10 +89,10 @@ export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly e
         messages.push({ topic: topicOfType(e.type), key: e.taskId, eventId: e.id, eventType: e.type, payload: e, headers });
       }
     }
-    await enqueue(tx, deps.channel, messages);
+    await enqueue(tx, deps.channel, messages, also);
     return events;
   };
-  const emit: Emit = (tx, drafts, causationId) => emitMany(tx, [{ drafts, ...(causationId ? { causationId } : {}) }]);
+  const emit: Emit = (tx, drafts, causationId, also) => emitMany(tx, [{ drafts, ...(causationId ? { causationId } : {}) }], also);
   return { emit, emitMany };
 }
 

@@ -73,6 +73,7 @@ function memorySignals() {
     start: async () => undefined,
     close: async () => undefined,
     publish: async () => undefined,
+    notification: (taskIds) => ({ channel: 'signals_memory', payloads: [...taskIds] }),
     closed: false,
     wait: async () => false,
     subscribe(taskId): TaskSubscription {

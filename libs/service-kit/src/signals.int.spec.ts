@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
 import { captureLogs, createTestDatabase, eventually, uniqueName } from '@labelflow/testing';
+import { enqueue, outboxMigrationSql } from '@labelflow/outbox';
 import { createPool, withTransaction, type Pool } from './db';
 import { createTaskSignals, MAX_SIGNAL_PAYLOAD_BYTES, type TaskSignals, type TaskSignalsOptions } from './signals';
 
@@ -67,6 +68,24 @@ describe('task signals over LISTEN/NOTIFY', () => {
     expect(await onA.wait(10_000)).toBe(true);
     expect(await onB.wait(10_000)).toBe(true);
     for (const s of [onA, onB, barrier]) s.cancel();
+  });
+
+  it('wakes waiters with a signal sent in the outbox insert, and the relay with the same statement', async () => {
+    const channel = uniqueName('signals');
+    const relayChannel = uniqueName('outbox');
+    await admin.query(outboxMigrationSql);
+    await admin.query(`LISTEN "${relayChannel}"`);
+    const relayHeard: string[] = [];
+    admin.on('notification', (n) => relayHeard.push(n.channel));
+    const signals = await instance(channel);
+    const waiting = signals.subscribe('303');
+
+    await withTransaction(pool, (tx) => enqueue(tx, relayChannel, [{ topic: 't', key: '303', eventId: uniqueName('event'), eventType: 'TaskCreated', payload: {} }], signals.notification(['303'])));
+
+    expect(await waiting.wait(10_000)).toBe(true);
+    await eventually(() => expect(relayHeard).toContain(relayChannel));
+    waiting.cancel();
+    await admin.query(`UNLISTEN "${relayChannel}"`);
   });
 
   it('wakes nobody for a transaction that rolled back', async () => {

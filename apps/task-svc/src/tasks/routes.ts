@@ -93,8 +93,7 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
       const seen: TaskSeen = {};
       const result = await executeTask(tx, command, seen);
       if (!result.ok) throw rejection(result.reason, request, seen.record ?? null);
-      await ctx.emit(tx, result.events, key);
-      await ctx.signals.publish(tx, [command.taskId]);
+      await ctx.emit(tx, result.events, key, ctx.signals.notification([command.taskId]));
       if (!seen.record) throw new HttpError(404, 'TASK_NOT_FOUND', `task ${command.taskId} does not exist`);
       return { status, body: toView(seen.record, request) };
     });

@@ -101,7 +101,7 @@ export interface WiredConsumer {
 export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceContext<C>, gate: DedupGate, emitMany: EmitMany): WiredConsumer {
   const { definition, config, logger, metrics, pool, lifecycle } = w;
   const consumers = definition.capabilities.flatMap((c) => (c.consumes ? [c.consumes] : []));
-  const processor = createExactlyOnce({ pool, gate, consumers, ctx, emitMany, onApplied: (tx, taskIds) => ctx.signals.publish(tx, taskIds) });
+  const processor = createExactlyOnce({ pool, gate, consumers, ctx, emitMany, onApplied: (taskIds) => ctx.signals.notification(taskIds) });
   const types = consumers.flatMap((c) => c.types);
   const schemaOf = new Map(types.map((t) => [consumedTopicName(config.KAFKA_TOPIC_PREFIX, t), consumedTopicSchema(t)] as const));
   const consumedTopics = (Object.keys(Topics) as TopicKey[]).filter((k) => types.some((t) => !isInputType(t) && topicOf(t) === k));
