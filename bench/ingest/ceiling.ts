@@ -1,6 +1,8 @@
 // The raw ceiling of a bulk import: the same NDJSON lines parsed in this process and written with
 // one INSERT … SELECT unnest(…) per batch into a fresh copy of task-svc's tasks table. No HTTP, no
-// outbox, no job bookkeeping: what PostgreSQL alone takes for the rows.
+// outbox, no job bookkeeping: what PostgreSQL alone takes for the rows. The rows are the ones the
+// endpoint writes, task numbers included (`TASK-n`, one per line, as the endpoint draws them): a
+// ceiling without them skipped one unique index the endpoint must maintain.
 import type pg from 'pg';
 import { composeSnowflake } from '@labelflow/idgen';
 import { importFileChunks, type ImportFileOptions } from '../../tools/producer/src/ndjson';
@@ -15,9 +17,9 @@ export interface CeilingRun {
 }
 
 const INSERT = `
-INSERT INTO tasks (task_id, project_id, title, data_uri, status, attempt, version, external_id)
-SELECT id, $2::uuid, title, data_uri, 'open', 1, 1, external_id
-  FROM unnest($1::text[], $3::text[], $4::text[], $5::text[]) AS l(id, title, data_uri, external_id)
+INSERT INTO tasks (task_id, project_id, title, data_uri, task_number, status, attempt, version, external_id)
+SELECT id, $2::uuid, title, data_uri, task_number, 'open', 1, 1, external_id
+  FROM unnest($1::text[], $3::text[], $4::text[], $6::text[], $5::text[]) AS l(id, title, data_uri, task_number, external_id)
 ON CONFLICT (project_id, external_id) WHERE external_id IS NOT NULL DO NOTHING`;
 
 /** Writes the file's lines into `tasks` of `pool`'s database, `batch` lines per INSERT, timed from the first byte. */
@@ -27,11 +29,12 @@ export async function runCeiling(pool: pg.Pool, projectId: string, file: ImportF
   let created = 0;
   let sequence = 0;
   let ms0 = Date.now();
-  const cols: [string[], string[], string[], string[]] = [[], [], [], []];
+  let taskNumber = 0;
+  const cols: [string[], string[], string[], string[], string[]] = [[], [], [], [], []];
   const flush = async () => {
     if (cols[0].length === 0) return;
     const s = performance.now();
-    const res = await pool.query(INSERT, [cols[0], projectId, cols[1], cols[2], cols[3]]);
+    const res = await pool.query(INSERT, [cols[0], projectId, cols[1], cols[2], cols[3], cols[4]]);
     batchMs.push(performance.now() - s);
     created += res.rowCount ?? 0;
     for (const c of cols) c.length = 0;
@@ -54,6 +57,7 @@ export async function runCeiling(pool: pg.Pool, projectId: string, file: ImportF
       cols[1].push(v.title);
       cols[2].push(v.dataUri);
       cols[3].push(v.externalId);
+      cols[4].push(`TASK-${++taskNumber}`);
       if (cols[0].length >= batch) await flush();
     }
   }
