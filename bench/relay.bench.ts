@@ -283,7 +283,7 @@ async function main(): Promise<number> {
         const chunk = messages.slice(at, at + 5_000);
         await pool.query(
           `INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers)
-           SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[])`,
+           SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::json[], $6::json[])`,
           [
             chunk.map((m) => m.eventId),
             chunk.map((m) => names?.[m.topic] ?? m.topic),

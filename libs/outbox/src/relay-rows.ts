@@ -8,7 +8,7 @@ export interface ReadRow {
   id: string;
   topic: string;
   message_key: string;
-  /** The payload's JSON text, as PostgreSQL prints jsonb: parsing it to print it again cost the relay more than the read. */
+  /** The payload's JSON text, as the service wrote it (json, or jsonb printed before the lean-rows step): parsing it to print it again cost the relay more than the read. */
   payload: string;
   headers: Record<string, string>;
   /** An earlier row of the same key is parked (failed_at set): this one must not overtake it. */
@@ -30,7 +30,7 @@ const open = (parkable: boolean, t = '') => (parkable ? `${t}published_at IS NUL
  * is under way ($4), and at most `outstanding + limit` of them: the rows at or below the cursor
  * are this drain's own outstanding rows plus any row that committed after the cursor passed it
  * (`behind` counts both). The rows after the cursor are cut once those before one already hold
- * `maxBatchBytes` (jsonb's stored size for small payloads, the JSON text's size for large ones,
+ * `maxBatchBytes` (the stored size for small payloads, the JSON text's size for large ones,
  * which are stored compressed), and only the rows kept are fetched whole. Each says whether an
  * earlier row of its key is parked. `parkable`: the table has the failed_at column.
  * $1 cursor, $2 maxBatchBytes, $3 outstanding + limit, $4 ids being marked.

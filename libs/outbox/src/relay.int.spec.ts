@@ -3,7 +3,7 @@ import pg from 'pg';
 import { createKafka, createPublisher, ensureTopics, type KafkaPublisher } from '@labelflow/messaging';
 import { createMetrics } from '@labelflow/telemetry';
 import { captureLogs, createTestDatabase, eventually, metricValue, readAll, readTopic, uniqueName, createTestPool } from '@labelflow/testing';
-import { createOutboxRelay, DEFAULT_MAX_BATCH_BYTES, enqueue, outboxMigrationSql, sizeOf, type OutboxRelay, type PublishedMessage, type Publisher } from './index';
+import { createOutboxRelay, DEFAULT_MAX_BATCH_BYTES, enqueue, outboxFailedRowsMigrationSql, outboxLeanRowsMigrationSql, outboxMigrationSql, outboxTableSql, sizeOf, type OutboxRelay, type PublishedMessage, type Publisher } from './index';
 
 const infra = inject('infra');
 const logger = captureLogs({ service: 'outbox-test' }).logger;
@@ -471,5 +471,26 @@ describe('the outbox relay', () => {
     const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 40);
     for (const key of ['task-a', 'task-b']) expect(read.filter((m) => m.key?.toString() === key).map((m) => seqOf(m.value))).toEqual(upTo(20));
     await eventually(async () => expect((await db.pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0].n).toBe(0));
+  });
+
+  it('publishes the rows of a jsonb outbox written before the lean-rows step and after it, each key in order, the new ones byte for byte as written', async () => {
+    const db = await freshDatabase();
+    await db.pool.query(`DROP TABLE outbox; ${outboxTableSql} ${outboxFailedRowsMigrationSql}`);
+    const topic = await freshTopic();
+    await enqueue(db.pool, 'outbox_test', [...rows(topic, 'task-a', 10), ...rows(topic, 'task-b', 10)]);
+    await db.pool.query(outboxLeanRowsMigrationSql);
+    const types = await db.pool.query<{ payload: string; headers: string; unique_indexes: number }>(
+      `SELECT (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'outbox'::regclass AND attname = 'payload') AS payload,
+              (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'outbox'::regclass AND attname = 'headers') AS headers,
+              (SELECT count(*)::int FROM pg_index WHERE indrelid = 'outbox'::regclass AND indisunique AND NOT indisprimary) AS unique_indexes`,
+    );
+    expect(types.rows[0]).toEqual({ payload: 'json', headers: 'json', unique_indexes: 0 });
+    const later = [...rows(topic, 'task-a', 10, 10), ...rows(topic, 'task-b', 10, 10)];
+    await enqueue(db.pool, 'outbox_test', later);
+    start({ pool: db.pool, batchSize: 7 });
+    const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 40);
+    for (const key of ['task-a', 'task-b']) expect(read.filter((m) => m.key?.toString() === key).map((m) => seqOf(m.value))).toEqual(upTo(20));
+    const sent = new Map(read.map((m) => [m.value!.toString(), m]));
+    for (const m of later) expect(sent.has(JSON.stringify(m.payload))).toBe(true);
   });
 });

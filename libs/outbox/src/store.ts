@@ -39,7 +39,7 @@ export async function enqueue(tx: Queryable, channel: string, messages: readonly
     `WITH appended AS (
        INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers)
        SELECT m.e, m.t, m.k, m.y, m.p, m.h
-       FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (e text, t text, k text, y text, p jsonb, h jsonb)) WITH ORDINALITY AS m(e, t, k, y, p, h, n)
+       FROM ROWS FROM (json_to_recordset($1::json) AS (e text, t text, k text, y text, p json, h json)) WITH ORDINALITY AS m(e, t, k, y, p, h, n)
        ORDER BY m.n
        RETURNING 1)
      SELECT pg_notify($2, '') UNION ALL SELECT pg_notify($3, payload) FROM unnest($4::text[]) AS payload`,

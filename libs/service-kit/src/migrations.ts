@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { inboxMigrationSql } from '@labelflow/dedup';
 import { idempotencyMigrationSql } from '@labelflow/idempotency';
 import { idgenLastIssuedSql, idgenMigrationSql } from '@labelflow/idgen';
-import { outboxFailedRowsMigrationSql, outboxTableSql } from '@labelflow/outbox';
+import { outboxFailedRowsMigrationSql, outboxLeanRowsMigrationSql, outboxTableSql } from '@labelflow/outbox';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
 export interface Migration {
@@ -81,5 +81,16 @@ export const idgenLastIssuedMigration: Migration = { version: 103, name: 'id wor
 /** Outbox rows the relay gave up on (too large for their topic, or held behind one of their key). */
 export const outboxFailedRowsMigration: Migration = { version: 104, name: 'outbox failed rows', sql: outboxFailedRowsMigrationSql };
 
+/** Outbox payloads and headers kept as the JSON text written, and no unique index on event ids. */
+export const outboxLeanRowsMigration: Migration = { version: 105, name: 'lean outbox rows', sql: outboxLeanRowsMigrationSql };
+
 /** Every core migration, in the order services list them. */
-export const coreMigrations: readonly Migration[] = [coreMigration, idempotencyKeysMigration, snowflakeIdsMigration, idgenMigration, idgenLastIssuedMigration, outboxFailedRowsMigration];
+export const coreMigrations: readonly Migration[] = [
+  coreMigration,
+  idempotencyKeysMigration,
+  snowflakeIdsMigration,
+  idgenMigration,
+  idgenLastIssuedMigration,
+  outboxFailedRowsMigration,
+  outboxLeanRowsMigration,
+];
