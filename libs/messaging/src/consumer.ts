@@ -1,4 +1,4 @@
-import { Partitioners, type Consumer, type ConsumerRunConfig, type Kafka, type Producer } from 'kafkajs';
+import { type Consumer, type ConsumerRunConfig, type Kafka, type Producer } from 'kafkajs';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { RawMessage } from './codec';
 import { createBatchHandler, linkedToDeliveries, recordOutcomes, type BatchProcessor, type Delivery, type TopicBinding } from './consumer-batch';
@@ -9,6 +9,7 @@ import { defaultRestart, superviseConsumer, type ConsumerHealth, type RestartPol
 import { createDeadLetter } from './dead-letter';
 import { defaultGroupCommit, groupCommit, type GroupCommitOptions } from './group-commit';
 import { createOffsetCommitter } from './offset-committer';
+import { KeyPartitioner } from './partitioner';
 
 export interface ConsumerLoopOptions<E> {
   readonly kafka: Kafka;
@@ -91,7 +92,7 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     ...(options.minBytes ? { minBytes: options.minBytes } : {}),
     ...(options.maxWaitTimeInMs ? { maxWaitTimeInMs: options.maxWaitTimeInMs } : {}),
   });
-  const dlqProducer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
+  const dlqProducer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: KeyPartitioner });
   const admin = kafka.admin();
 
   const deadLetter = createDeadLetter({ producer: dlqProducer, topic: deadLetterTopic, groupId, retry, metrics, log });

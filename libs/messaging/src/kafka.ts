@@ -1,5 +1,6 @@
-import { Kafka, logLevel, Partitioners, type Admin, type ITopicConfig, type LogEntry, type SASLOptions } from 'kafkajs';
+import { Kafka, logLevel, type Admin, type ITopicConfig, type LogEntry, type SASLOptions } from 'kafkajs';
 import type { Logger } from '@labelflow/telemetry';
+import { KeyPartitioner } from './partitioner';
 
 export type { Kafka } from 'kafkajs';
 
@@ -120,7 +121,7 @@ interface KafkaRecord {
  * at a time, as the outbox relay makes them.
  */
 export function createPublisher(kafka: Kafka): KafkaPublisher {
-  const make = () => kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
+  const make = () => kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: KeyPartitioner });
   let producer = make();
   let stale = false;
   return {
