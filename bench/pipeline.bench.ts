@@ -334,6 +334,7 @@ async function runPipeline(env: Env, prefix: string, workload: Workload, tag: st
       nextId: () => ids.next(),
       newUuid: uuidIds,
       emit: emitter.emit,
+      prepare: emitter.prepare,
       signals,
     };
     const gate = createDedupGate({

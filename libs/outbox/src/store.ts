@@ -29,20 +29,47 @@ export async function notify(tx: Queryable, notification: Notification): Promise
  */
 export async function enqueue(tx: Queryable, channel: string, messages: readonly OutboxMessage[], also?: Notification): Promise<void> {
   if (messages.length === 0) return also ? notify(tx, also) : undefined;
+  // One native JSON.stringify of the whole array, cheaper than one per row and a join.
+  await insertRows(tx, channel, JSON.stringify(messages.map(rowOf)), also);
+}
+
+/**
+ * One message as the JSON of its outbox row, for a caller that serializes its rows ahead of the
+ * transaction that writes them (see `enqueueSerialized`).
+ */
+export const serializeOutboxRow = (message: OutboxMessage): string => JSON.stringify(rowOf(message));
+
+/** `enqueue` for rows serialized ahead by `serializeOutboxRow`, written in the order given. */
+export async function enqueueSerialized(tx: Queryable, channel: string, rows: readonly string[], also?: Notification): Promise<void> {
+  if (rows.length === 0) return also ? notify(tx, also) : undefined;
+  await insertRows(tx, channel, `[${rows.join(',')}]`, also);
+}
+
+const rowOf = (m: OutboxMessage) => ({ e: m.eventId, t: m.topic, k: m.key, y: m.eventType, p: m.payload, h: m.headers ?? {} });
+
+/**
+ * The outbox insert, as the body of a data-modifying CTE, for a caller that writes its rows in a
+ * statement of its own (e.g. with the rows its insert created, and no round trip between them).
+ * `rowsParam` names the parameter holding the rows as one JSON array (`serializeOutboxRow`
+ * objects, or `[…]` of them); `where` may filter them on `m.k` (the message key, a task id),
+ * `m.y` (the event type) or `m.e` (the event id). Rows keep their order, so ids follow it.
+ * The relay still needs waking: `SELECT pg_notify(<channel>, '')` in the same statement.
+ */
+export const appendRowsSql = (rowsParam: string, where = 'true'): string => `INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers)
+       SELECT m.e, m.t, m.k, m.y, m.p, m.h
+       FROM ROWS FROM (json_to_recordset(${rowsParam}::json) AS (e text, t text, k text, y text, p json, h json)) WITH ORDINALITY AS m(e, t, k, y, p, h, n)
+       WHERE ${where}
+       ORDER BY m.n
+       RETURNING 1`;
+
+async function insertRows(tx: Queryable, channel: string, rowsJson: string, also: Notification | undefined): Promise<void> {
   // One round trip with one parameter, whatever the batch: the rows travel as one JSON array (a
   // row per parameter would hit PostgreSQL's 65,535-parameter limit on a large batch, and text
-  // arrays of JSON would need every quote in every payload escaped), serialized by one native
-  // JSON.stringify. The wake-up rides in the same statement (a CTE that writes always runs). Rows
-  // keep their order, so ids follow it.
-  const rows = messages.map((m) => ({ e: m.eventId, t: m.topic, k: m.key, y: m.eventType, p: m.payload, h: m.headers ?? {} }));
+  // arrays of JSON would need every quote in every payload escaped). The wake-up rides in the same
+  // statement (a CTE that writes always runs).
   await tx.query(
-    `WITH appended AS (
-       INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers)
-       SELECT m.e, m.t, m.k, m.y, m.p, m.h
-       FROM ROWS FROM (json_to_recordset($1::json) AS (e text, t text, k text, y text, p json, h json)) WITH ORDINALITY AS m(e, t, k, y, p, h, n)
-       ORDER BY m.n
-       RETURNING 1)
+    `WITH appended AS (${appendRowsSql('$1')})
      SELECT pg_notify($2, '') UNION ALL SELECT pg_notify($3, payload) FROM unnest($4::text[]) AS payload`,
-    [JSON.stringify(rows), channel, also?.channel ?? channel, also?.payloads ?? []],
+    [rowsJson, channel, also?.channel ?? channel, also?.payloads ?? []],
   );
 }

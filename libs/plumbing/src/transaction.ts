@@ -93,3 +93,40 @@ async function transact<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>,
     client.release(broken);
   }
 }
+
+/**
+ * One statement in a transaction of its own (under `SET LOCAL lock_timeout`), in one round trip:
+ * BEGIN, the statement and COMMIT are queued on one connection together, and node-postgres sends
+ * each as soon as the one before is answered, from its socket handler, so nothing waits for this
+ * process's event loop between them. (`withTransaction` resumes the caller between statements:
+ * under load each of those resumptions also waits for whatever the loop is running.) If the
+ * statement fails, the COMMIT ends an aborted transaction, which PostgreSQL answers as ROLLBACK.
+ * So the statement must be all-or-nothing on its own: a data-modifying statement whose writes are
+ * gated in SQL, never one whose result decides whether to commit.
+ */
+export async function runInOwnTransaction<R extends pg.QueryResultRow>(pool: pg.Pool, sql: string, params: readonly unknown[], { lockTimeoutMs }: { readonly lockTimeoutMs?: number } = {}): Promise<pg.QueryResult<R>> {
+  if (lockTimeoutMs !== undefined) requirePositiveInteger('lockTimeoutMs', lockTimeoutMs);
+  return withChildSpan('db transaction', { 'db.system.name': 'postgresql' }, async () => {
+    const client = await pool.connect();
+    listenForConnectionErrors(client);
+    let broken: Error | undefined;
+    try {
+      const [begin, statement, commit] = await Promise.allSettled([
+        client.query(lockTimeoutMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL lock_timeout = ${lockTimeoutMs}`),
+        client.query<R>(sql, params as unknown[]),
+        client.query('COMMIT'),
+      ]);
+      for (const step of [begin, statement, commit]) if (step.status === 'rejected') throw step.reason;
+      return (statement as PromiseFulfilledResult<pg.QueryResult<R>>).value;
+    } catch (error) {
+      // Nothing is open after a COMMIT that was answered; this only matters if the connection broke
+      // half way, and then the ROLLBACK fails too and the client is discarded.
+      await client.query('ROLLBACK').catch((rollbackError: unknown) => {
+        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+      });
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  });
+}

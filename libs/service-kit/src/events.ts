@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { TopicSchemas, topicName, topicOf, type DomainEvent, type EventId } from '@labelflow/contracts';
-import { enqueue, type Notification, type OutboxMessage } from '@labelflow/outbox';
+import { enqueue, enqueueSerialized, serializeOutboxRow, type Notification, type OutboxMessage } from '@labelflow/outbox';
 import { currentTraceHeaders } from '@labelflow/telemetry';
 import type { Queryable } from './db';
 import { ServiceKitError, ServiceKitErrors } from './errors';
@@ -39,6 +39,27 @@ export interface DraftGroup {
 /** Emits several groups with one outbox insert and one NOTIFY: a consumed batch's whole output. */
 export type EmitMany = (tx: Queryable, groups: readonly DraftGroup[], also?: Notification) => Promise<readonly DomainEvent[]>;
 
+/** Events stamped, checked and serialized before their transaction (see `Prepare`). */
+export interface PreparedEvents {
+  /** The stamped events, in the drafts' order. */
+  readonly events: readonly DomainEvent[];
+  /** Appends the events `keep` accepts (every one without it) to the outbox inside `tx`, in order; returns them. */
+  emit(tx: Queryable, keep?: (event: DomainEvent) => boolean): Promise<readonly DomainEvent[]>;
+  /**
+   * The outbox rows of every event as one JSON array, and the relay's channel, for a statement
+   * that appends them itself (`appendRowsSql` of @labelflow/outbox, then `pg_notify(channel, '')`).
+   */
+  readonly outbox: { readonly rowsJson: string; readonly channel: string };
+}
+
+/**
+ * `emit` in two halves, for a writer that overlaps its work with the database's: the CPU half
+ * (ids, stamps, schema checks, JSON) runs while an earlier transaction is in flight, and the
+ * transaction itself only writes the rows it keeps. Events are stamped with the time they were
+ * prepared.
+ */
+export type Prepare = (drafts: readonly EventDraft[], causationId?: string) => Promise<PreparedEvents>;
+
 /**
  * Checks an outgoing event against its topic's schema. An event the other services cannot read
  * would be dead-lettered by every one of them while its producer went on as if it had happened, so
@@ -62,14 +83,15 @@ function stamp(d: EventDraft, id: EventId, occurredAt: string, producer: Runtime
 }
 
 /** Stamps drafts into full events and appends them to the outbox inside the caller's transaction. */
-export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly emitMany: EmitMany } {
+export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly emitMany: EmitMany; readonly prepare: Prepare } {
   const topics = new Map<string, string>();
   const topicOfType = (type: DomainEvent['type']): string => {
     let topic = topics.get(type);
     if (topic === undefined) topics.set(type, (topic = topicName(deps.topicPrefix, topicOf(type))));
     return topic;
   };
-  const emitMany: EmitMany = async (tx, groups, also) => {
+  /** The groups' drafts as checked events and their outbox messages, in order. */
+  const build = async (groups: readonly DraftGroup[]) => {
     const events: DomainEvent[] = [];
     const messages: OutboxMessage[] = [];
     // Events written in one transaction happen at one instant.
@@ -89,11 +111,28 @@ export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly e
         messages.push({ topic: topicOfType(e.type), key: e.taskId, eventId: e.id, eventType: e.type, payload: e, headers });
       }
     }
+    return { events, messages };
+  };
+  const emitMany: EmitMany = async (tx, groups, also) => {
+    const { events, messages } = await build(groups);
     await enqueue(tx, deps.channel, messages, also);
     return events;
   };
   const emit: Emit = (tx, drafts, causationId, also) => emitMany(tx, [{ drafts, ...(causationId ? { causationId } : {}) }], also);
-  return { emit, emitMany };
+  const prepare: Prepare = async (drafts, causationId) => {
+    const { events, messages } = await build([{ drafts, ...(causationId ? { causationId } : {}) }]);
+    const rows = messages.map(serializeOutboxRow);
+    return {
+      events,
+      outbox: { rowsJson: `[${rows.join(',')}]`, channel: deps.channel },
+      async emit(tx, keep) {
+        const kept = keep ? events.filter(keep) : events;
+        await enqueueSerialized(tx, deps.channel, keep ? rows.filter((_, i) => keep(events[i] as DomainEvent)) : rows);
+        return kept;
+      },
+    };
+  };
+  return { emit, emitMany, prepare };
 }
 
 export const uuidIds = () => randomUUID();

@@ -9,7 +9,7 @@ const recordingTx = () => {
   const tx: Queryable = { query: async (sql: string, values?: unknown[]) => (statements.push(sql), params.push(values ?? []), { rows: [], rowCount: 0 }) };
   return { tx, statements, params };
 };
-const { emit, emitMany } = createEmitter({ producer: 'task-svc', topicPrefix: 'lf', channel: 'outbox', now: () => new Date('2026-01-01T00:00:00Z'), newId: () => '7391122347129815040' });
+const { emit, emitMany, prepare } = createEmitter({ producer: 'task-svc', topicPrefix: 'lf', channel: 'outbox', now: () => new Date('2026-01-01T00:00:00Z'), newId: () => '7391122347129815040' });
 const cancelled = (cancelledBy: string): EventDraft =>
   ({
     type: 'TaskCancelled',
@@ -64,6 +64,40 @@ describe('service-kit: createEmitter', () => {
   it('refuses an event its consumers could not read, and appends nothing', async () => {
     const { tx, statements } = recordingTx();
     await expect(emit(tx, [cancelled('a'.repeat(129))])).rejects.toMatchObject({ code: 'EVENT_INVALID', message: expect.stringContaining('payload.cancelledBy') });
+    expect(statements).toEqual([]);
+  });
+
+  it('prepares events before the transaction and writes, in order, only the ones kept, as emit writes them', async () => {
+    const ids = ['7391122347129815041', '7391122347129815042', '7391122347129815043'];
+    const { prepare: prepareNumbered } = createEmitter({ producer: 'task-svc', topicPrefix: 'lf', channel: 'outbox', now: () => new Date('2026-01-01T00:00:00Z'), newId: () => ids.shift() ?? 'none' });
+    const drafts = ['a', 'b', 'c'].map((who) => cancelled(`ops-${who}`));
+    const prepared = await prepareNumbered(drafts, 'import:1');
+    expect(prepared.events.map((e) => [e.id, e.causationId])).toEqual([
+      ['7391122347129815041', 'import:1'],
+      ['7391122347129815042', 'import:1'],
+      ['7391122347129815043', 'import:1'],
+    ]);
+    const { tx, params } = recordingTx();
+    const written = await prepared.emit(tx, (e) => e.id !== '7391122347129815042');
+    expect(written.map((e) => e.id)).toEqual(['7391122347129815041', '7391122347129815043']);
+    const rows = JSON.parse(params[0]![0] as string) as { e: string; p: unknown }[];
+    expect(rows.map((r) => r.e)).toEqual(['7391122347129815041', '7391122347129815043']);
+    expect(rows.map((r) => r.p)).toEqual(written);
+
+    const viaEmit = recordingTx();
+    await emit(viaEmit.tx, [cancelled('ops-a')], 'import:1');
+    const [emitted] = JSON.parse(viaEmit.params[0]![0] as string) as Record<string, unknown>[];
+    expect(Object.keys(rows[0]!)).toEqual(Object.keys(emitted!));
+  });
+
+  it('refuses to prepare an event its consumers could not read, before any transaction', async () => {
+    await expect(prepare([cancelled('ops'), cancelled('a'.repeat(129))])).rejects.toMatchObject({ code: 'EVENT_INVALID' });
+  });
+
+  it('writes nothing when every prepared event is dropped', async () => {
+    const prepared = await prepare([cancelled('ops')]);
+    const { tx, statements } = recordingTx();
+    expect(await prepared.emit(tx, () => false)).toEqual([]);
     expect(statements).toEqual([]);
   });
 });

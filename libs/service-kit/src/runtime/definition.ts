@@ -4,7 +4,7 @@ import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
 import type { EventConsumer } from '../consume';
 import type { Pool } from '../db';
-import type { Emit } from '../events';
+import type { Emit, Prepare } from '../events';
 import type { Migration } from '../migrations';
 import type { TaskSignals } from '../signals';
 import type { Sweeper } from '../sweeper';
@@ -25,6 +25,8 @@ export interface ServiceContext<C extends BaseConfig = BaseConfig> {
   readonly newUuid: () => string;
   /** Stamps drafts and appends them to the outbox inside `tx`. */
   readonly emit: Emit;
+  /** `emit` in two halves: stamp, check and serialize before the transaction, write inside it. */
+  readonly prepare: Prepare;
   /** Task-change signals across this service's instances: requests wait on them (Prefer: wait). */
   readonly signals: TaskSignals;
 }

@@ -38,7 +38,7 @@ export async function wireContext<C extends BaseConfig>(w: Wiring<C>): Promise<{
   const signals = createTaskSignals({ pool, channel: `signals_${name.replace(/-/g, '_')}`, logger: logger.child({ component: 'signals' }) });
   await signals.start();
   lifecycle.onClose('task-signals', () => signals.close());
-  const ctx: ServiceContext<C> = { name, config, logger, metrics, pool, now: () => new Date(), nextId: () => ids.next(), newUuid: uuidIds, emit: emitter.emit, signals };
+  const ctx: ServiceContext<C> = { name, config, logger, metrics, pool, now: () => new Date(), nextId: () => ids.next(), newUuid: uuidIds, emit: emitter.emit, prepare: emitter.prepare, signals };
   return { ctx, emitMany: emitter.emitMany };
 }
 
