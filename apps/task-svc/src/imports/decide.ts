@@ -170,16 +170,19 @@ export const createdEvents = (projectId: ProjectId, createdBy: string, created: 
     payload: { title: t.title, dataUri: t.dataUri, taskNumber: t.taskNumber, createdBy, externalId: t.externalId },
   }));
 
-/** What a committed batch adds to its job; errors beyond the report's cap are counted, not kept. */
-export function progressOf(job: ImportJob, batch: BatchLines, created: number, position: number, prefixSha256: string) {
+/**
+ * What a committed batch adds to its job; errors beyond the report's cap are counted, not kept.
+ * How many of its `tasks` were created (and so how many were already present) is settled by the
+ * statement that writes them.
+ */
+export function progressOf(job: ImportJob, batch: BatchLines, position: number, prefixSha256: string) {
   const room = Math.max(0, MAX_REPORTED_ERRORS - job.errors.length);
   const kept = batch.errors.slice(0, room);
   return {
     position,
     prefixSha256,
     lines: batch.tasks.length + batch.errors.length,
-    created,
-    alreadyPresent: batch.tasks.length - created,
+    tasks: batch.tasks.length,
     rejected: batch.errors.length,
     errors: kept,
     errorsTruncated: kept.length < batch.errors.length,

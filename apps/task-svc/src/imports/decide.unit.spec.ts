@@ -50,14 +50,14 @@ describe('the tasks a batch offers the insert', () => {
 describe('the progress of a committed batch', () => {
   const errors = (n: number): LineError[] => Array.from({ length: n }, (_, i) => ({ line: i + 1, code: 'INVALID_JSON', message: 'x' }));
 
-  it('counts every valid line that created nothing as already present and every rejected line as rejected', () => {
+  it("counts the batch's lines, its valid lines as tasks for its write to split into created and already present, and every rejected line as rejected", () => {
     const batch = { tasks: [task('a'), task('a'), task('b')].map((t, i) => ({ line: i + 1, task: t })), errors: errors(2) };
-    expect(progressOf(newJob(), batch, 1, 7, 'p')).toEqual({ position: 7, prefixSha256: 'p', lines: 5, created: 1, alreadyPresent: 2, rejected: 2, errors: errors(2), errorsTruncated: false });
+    expect(progressOf(newJob(), batch, 7, 'p')).toEqual({ position: 7, prefixSha256: 'p', lines: 5, tasks: 3, rejected: 2, errors: errors(2), errorsTruncated: false });
   });
 
   it('keeps errors only up to the report cap and says the list was cut', () => {
     const job = { ...newJob(), errors: errors(MAX_REPORTED_ERRORS - 1) };
-    const progress = progressOf(job, { tasks: [], errors: errors(3) }, 0, 3, 'p');
+    const progress = progressOf(job, { tasks: [], errors: errors(3) }, 3, 'p');
     expect(progress.errors).toHaveLength(1);
     expect(progress).toMatchObject({ rejected: 3, errorsTruncated: true });
   });

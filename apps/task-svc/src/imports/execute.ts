@@ -1,13 +1,13 @@
 import type { ProjectId, TaskId } from '@labelflow/contracts';
 import type { SegmentAllocator } from '@labelflow/idgen';
 import { formatTaskNumber } from '@labelflow/idgen';
-import { isTransientDbError, withTransaction, type Emit, type Pool } from '@labelflow/service-kit';
+import { isTransientDbError, withTransaction, type Pool, type Prepare, type PreparedEvents } from '@labelflow/service-kit';
 import type { Logger } from '@labelflow/telemetry';
 import { projectKeyFor } from '../tasks/repository';
 import { createdEvents, decideStart, distinctTasks, ImportStatus, progressOf, type BatchLines, type CreatedTask, type ImportJob, type LineError } from './decide';
 import { ImportError, ImportErrors } from './errors';
 import { createLineSplitter, createPrefixDigest, EMPTY_PREFIX, readLine, type ImportLine, type RawLine } from './parse';
-import { insertImportedTasks, loadImport, recordImportProgress, releaseImport, renewImportLease, saveStartedImport } from './repository';
+import { loadImport, releaseImport, renewImportLease, saveStartedImport, writeImportBatch } from './repository';
 
 /** Task numbers of a project whose first task named no key read `TASK-1`, `TASK-2`, ... (as for `POST /tasks`). */
 const DEFAULT_PROJECT_KEY = 'TASK';
@@ -24,7 +24,8 @@ export interface ImportSettings {
 
 export interface ImportDeps {
   readonly pool: Pool;
-  readonly emit: Emit;
+  /** Stamps, checks and serializes a batch's TaskCreated events while the batch before it is written. */
+  readonly prepare: Prepare;
   readonly nextId: () => Promise<string>;
   readonly newUuid: () => string;
   /** Per-project task numbers (shared by every upload of this instance). */
@@ -120,11 +121,18 @@ export async function runImport(deps: ImportDeps, upload: ImportUpload): Promise
     errors = [];
     return batch;
   };
-  /** Waits for the batch being written, then starts writing this one. */
+  /**
+   * Prepares this batch at once (ids, numbers, its TaskCreated events stamped, checked and
+   * serialized): that CPU work overlaps the transaction of the batch before, which is waited for
+   * next. Then starts writing this one.
+   */
   const enqueue = async (batch: Cut) => {
+    const prepared = prepareBatch(batch);
+    // Awaited below or by writeBatch; until then a failure must not count as unhandled.
+    prepared.catch(() => undefined);
     await writing;
     if (failure !== undefined) throw failure;
-    writing = writeBatch(batch).then(
+    writing = writeBatch(batch, prepared).then(
       (saved) => {
         job = saved;
         wroteBatch = true;
@@ -135,51 +143,76 @@ export async function runImport(deps: ImportDeps, upload: ImportUpload): Promise
     );
   };
 
-  // Task numbers drawn for this upload and not yet given to a created task. A batch offers every
-  // one of its distinct lines a number, but only the rows the insert creates keep theirs; the rest
-  // go back here for the next batch. So lines already present cost no number, and no query is
-  // needed before the insert to find them; at most a batch's worth is left as a gap at the end.
+  // Task numbers drawn for this upload and not yet given to a created task. A batch takes a number
+  // for every one of its distinct lines, but only the rows the insert creates keep theirs; the
+  // rest come back here for a later batch. So lines already present cost no number, and no query
+  // is needed before the insert to find them; at most two batches' worth (the one written last and
+  // the one prepared meanwhile) is left as a gap at the end.
   const spareNumbers: number[] = [];
 
-  const writeBatch = (batch: Cut): Promise<ImportJob> => {
+  interface PreparedBatch {
+    readonly rows: readonly CreatedTask[];
+    readonly numbers: readonly number[];
+    readonly events: PreparedEvents;
+  }
+
+  const prepareBatch = (batch: Cut): Promise<PreparedBatch> => {
     const candidates = distinctTasks(batch);
     // Task ids are drawn once per batch and kept across retries; an id whose line met an existing
     // task is simply never used (ids are 64-bit and time-ordered, not a sequence anyone reads).
     const taskIds: TaskId[] = [];
-    const startedAt = performance.now();
+    const numbers = spareNumbers.splice(0, candidates.length);
     return withRetries(deps, async () => {
       while (taskIds.length < candidates.length) taskIds.push((await deps.nextId()) as TaskId);
-      while (spareNumbers.length < candidates.length) spareNumbers.push(await deps.numbers.next(upload.projectId));
-      // Both lists were just filled to at least the candidates' length.
+      while (numbers.length < candidates.length) numbers.push(await deps.numbers.next(upload.projectId));
+      // Both lists were just filled to the candidates' length.
       const rows: CreatedTask[] = candidates.map((task, i) => ({
         taskId: taskIds[i] as TaskId,
-        taskNumber: formatTaskNumber(started.projectKey, spareNumbers[i] as number),
+        taskNumber: formatTaskNumber(started.projectKey, numbers[i] as number),
         externalId: task.externalId,
         title: task.title,
         dataUri: task.dataUri,
       }));
-      const from = job.position;
-      const outcome = await withTransaction(
-        deps.pool,
-        async (tx) => {
-          const created = await insertImportedTasks(tx, upload.projectId, rows);
-          await deps.emit(tx, createdEvents(upload.projectId, upload.createdBy, created), `import:${upload.importId}`);
-          const progress = progressOf(job, batch, created.length, batch.position, batch.prefixSha256);
-          const saved = await recordImportProgress(tx, job, owner, from, progress, new Date(deps.now().getTime() + settings.leaseMs), batch.final);
-          if (saved) return { saved, used: new Set(created.map((t) => t.taskNumber)), commit: true };
-          // Not recorded: either an earlier try of this batch committed and only its answer was
-          // lost (then this try found every task present and must leave nothing behind), or
-          // another upload holds the job now.
-          const current = await loadImport(tx, upload.projectId, upload.importId);
-          const recordedBefore = current !== null && current.position === batch.position && (current.owner === owner || (batch.final && current.status === ImportStatus.completed));
-          // Which numbers the earlier try kept is unknown: the batch's are all given up.
-          return { saved: recordedBefore ? current : null, used: new Set(rows.map((t) => t.taskNumber)), commit: false };
-        },
-        { lockTimeoutMs: settings.lockTimeoutMs, commitIf: (result) => result.commit },
-      );
+      const events = await deps.prepare(createdEvents(upload.projectId, upload.createdBy, rows), `import:${upload.importId}`);
+      return { rows, numbers, events };
+    });
+  };
+
+  /**
+   * A batch the job's row did not let write: either an earlier try of it committed and only its
+   * answer was lost (then the job is recorded at its end, and this try wrote nothing), or another
+   * upload holds the job now. Which numbers the earlier try kept is unknown: the batch's are all
+   * given up.
+   */
+  const notWritten = async (batch: Cut, rows: readonly CreatedTask[]) => {
+    const current = await loadImport(deps.pool, upload.projectId, upload.importId);
+    const recordedBefore = current !== null && current.position === batch.position && (current.owner === owner || (batch.final && current.status === ImportStatus.completed));
+    return { saved: recordedBefore ? current : null, used: new Set(rows.map((t) => t.taskNumber)) };
+  };
+
+  const writeBatch = async (batch: Cut, ready: Promise<PreparedBatch>): Promise<ImportJob> => {
+    const startedAt = performance.now();
+    const { rows, numbers, events } = await ready;
+    return withRetries(deps, async () => {
+      const progress = progressOf(job, batch, batch.position, batch.prefixSha256);
+      const leaseExpiresAt = new Date(deps.now().getTime() + settings.leaseMs);
+      const written = await writeImportBatch(deps.pool, {
+        projectId: upload.projectId,
+        importId: upload.importId,
+        owner,
+        from: job.position,
+        tasks: rows,
+        outbox: events.outbox,
+        progress,
+        leaseExpiresAt,
+        complete: batch.final,
+        lockTimeoutMs: settings.lockTimeoutMs,
+      });
+      const outcome = written.job
+        ? { saved: written.job, used: new Set(rows.filter((t) => written.created.has(t.taskId)).map((t) => t.taskNumber)) }
+        : await notWritten(batch, rows);
       if (outcome.saved) {
-        const kept = spareNumbers.filter((n) => !outcome.used.has(formatTaskNumber(started.projectKey, n)));
-        spareNumbers.splice(0, spareNumbers.length, ...kept);
+        spareNumbers.push(...numbers.filter((n) => !outcome.used.has(formatTaskNumber(started.projectKey, n))));
         const created = outcome.saved.created - job.created;
         deps.onBatch?.({ seconds: (performance.now() - startedAt) / 1000, lines: batch.tasks.length + batch.errors.length, created, alreadyPresent: batch.tasks.length - created, rejected: batch.errors.length });
         return outcome.saved;

@@ -1,5 +1,6 @@
 import type { ProjectId } from '@labelflow/contracts';
-import { pgArray, type Queryable } from '@labelflow/service-kit';
+import { appendRowsSql } from '@labelflow/outbox';
+import { pgArray, runInOwnTransaction, type Pool, type Queryable } from '@labelflow/service-kit';
 import type { CreatedTask, ImportJob, ImportStatus, LineError, Progress } from './decide';
 
 interface ImportRow {
@@ -91,71 +92,89 @@ export async function releaseImport(db: Queryable, job: Pick<ImportJob, 'project
   ]);
 }
 
+export interface BatchWrite {
+  readonly projectId: ProjectId;
+  readonly importId: string;
+  /** The upload that holds the job, and the position it last recorded: the batch is written only from there. */
+  readonly owner: string;
+  readonly from: number;
+  /** The batch's distinct tasks, each with its id and number drawn. */
+  readonly tasks: readonly CreatedTask[];
+  /** Every task's TaskCreated outbox row, as one JSON array; only the created tasks' are appended. */
+  readonly outbox: { readonly rowsJson: string; readonly channel: string };
+  readonly progress: Progress;
+  readonly leaseExpiresAt: Date;
+  readonly complete: boolean;
+  /** Lock waits longer than this fail the batch (SQLSTATE 55P03), for its retries, instead of waiting forever. */
+  readonly lockTimeoutMs: number;
+}
+
 /**
- * Inserts a batch's tasks with one statement; a task whose external id the project already has
- * (another import got there first) is skipped. Returns the tasks created. Rows go in external id
- * order, so two imports of overlapping files wait on each other instead of deadlocking.
+ * Writes a batch with one statement in a transaction of its own: the tasks whose external id the
+ * project does not have yet, their TaskCreated outbox rows, and the job's progress (created and
+ * already-present counts included), then wakes the relay. One round trip (see
+ * `runInOwnTransaction`) where a transaction of three statements took five: under load each round
+ * trip also waits for whatever the event loop is running when its answer arrives.
+ *
+ * Only the holding upload may write, and only from the position it last recorded: the statement
+ * first locks the job's row if it still says so (`claim`), and writes nothing otherwise (another
+ * upload holds the job now, or this very batch is already recorded: a commit whose answer was
+ * lost, then retried); the job is then null. Rows go in external id order, so two imports of
+ * overlapping files wait on each other instead of deadlocking.
  */
-export async function insertImportedTasks(tx: Queryable, projectId: ProjectId, tasks: readonly CreatedTask[]): Promise<CreatedTask[]> {
-  if (tasks.length === 0) return [];
-  const sorted = [...tasks].sort((a, b) => (a.externalId < b.externalId ? -1 : a.externalId > b.externalId ? 1 : 0));
-  const { rows } = await tx.query<{ task_id: string }>(
-    `INSERT INTO tasks (task_id, project_id, title, data_uri, task_number, external_id, status, attempt, version)
-     SELECT u.task_id, $1::uuid, u.title, u.data_uri, u.task_number, u.external_id, 'open', 1, 1
-     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(task_id, title, data_uri, task_number, external_id, n)
-     ORDER BY u.n
-     ON CONFLICT (project_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
-     RETURNING task_id`,
+export async function writeImportBatch(pool: Pool, w: BatchWrite): Promise<{ readonly job: ImportJob | null; readonly created: ReadonlySet<string> }> {
+  const sorted = [...w.tasks].sort((a, b) => (a.externalId < b.externalId ? -1 : a.externalId > b.externalId ? 1 : 0));
+  const { progress: p } = w;
+  const { rows } = await runInOwnTransaction<ImportRow & { created_ids: string[] }>(
+    pool,
+    `WITH claim AS (
+       SELECT 1 FROM imports WHERE project_id = $1 AND import_id = $9 AND owner = $10 AND position = $11 FOR UPDATE
+     ), inserted AS (
+       INSERT INTO tasks (task_id, project_id, title, data_uri, task_number, external_id, status, attempt, version)
+       SELECT u.task_id, $1::uuid, u.title, u.data_uri, u.task_number, u.external_id, 'open', 1, 1
+       FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(task_id, title, data_uri, task_number, external_id, n)
+       WHERE EXISTS (SELECT 1 FROM claim)
+       ORDER BY u.n
+       ON CONFLICT (project_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
+       RETURNING task_id
+     ), appended AS (
+       ${appendRowsSql('$7', 'm.k IN (SELECT task_id FROM inserted)')}
+     ), n AS (
+       SELECT count(*)::bigint AS inserted_rows FROM inserted
+     ), recorded AS (
+       UPDATE imports SET position = $12, prefix_sha256 = $13, lines = lines + $14, created = created + n.inserted_rows, already_present = already_present + $15 - n.inserted_rows,
+         rejected = rejected + $16, errors = errors || $17::jsonb, errors_truncated = errors_truncated OR $18, lease_expires_at = $19, updated_at = now(),
+         status = CASE WHEN $20 THEN 'completed' ELSE status END, completed_at = CASE WHEN $20 THEN now() ELSE completed_at END,
+         owner = CASE WHEN $20 THEN NULL ELSE owner END
+       FROM n
+       WHERE project_id = $1 AND import_id = $9 AND EXISTS (SELECT 1 FROM claim)
+       RETURNING imports.*
+     )
+     SELECT recorded.*, (SELECT coalesce(array_agg(task_id), '{}') FROM inserted) AS created_ids, pg_notify($8, '') AS woke FROM recorded`,
     [
-      projectId,
+      w.projectId,
       pgArray(sorted.map((t) => t.taskId)),
       pgArray(sorted.map((t) => t.title)),
       pgArray(sorted.map((t) => t.dataUri)),
       pgArray(sorted.map((t) => t.taskNumber)),
       pgArray(sorted.map((t) => t.externalId)),
+      w.outbox.rowsJson,
+      w.outbox.channel,
+      w.importId,
+      w.owner,
+      w.from,
+      p.position,
+      p.prefixSha256,
+      p.lines,
+      p.tasks,
+      p.rejected,
+      JSON.stringify(p.errors),
+      p.errorsTruncated,
+      w.complete ? null : w.leaseExpiresAt,
+      w.complete,
     ],
+    { lockTimeoutMs: w.lockTimeoutMs },
   );
-  const created = new Set(rows.map((r) => r.task_id));
-  return tasks.filter((t) => created.has(t.taskId));
-}
-
-/**
- * Adds a committed batch to its job, in the batch's transaction. Only the holding upload may, and
- * only from the position it last recorded: false when another upload holds the job now, or when
- * this very batch is already recorded (a commit whose answer was lost, then retried).
- */
-export async function recordImportProgress(
-  tx: Queryable,
-  job: Pick<ImportJob, 'projectId' | 'importId'>,
-  owner: string,
-  from: number,
-  progress: Progress,
-  leaseExpiresAt: Date,
-  complete: boolean,
-): Promise<ImportJob | null> {
-  const { rows } = await tx.query<ImportRow>(
-    `UPDATE imports SET position = $5, prefix_sha256 = $6, lines = lines + $7, created = created + $8, already_present = already_present + $9,
-       rejected = rejected + $10, errors = errors || $11::jsonb, errors_truncated = errors_truncated OR $12, lease_expires_at = $13, updated_at = now(),
-       status = CASE WHEN $14 THEN 'completed' ELSE status END, completed_at = CASE WHEN $14 THEN now() ELSE completed_at END,
-       owner = CASE WHEN $14 THEN NULL ELSE owner END
-     WHERE project_id = $1 AND import_id = $2 AND owner = $3 AND position = $4
-     RETURNING *`,
-    [
-      job.projectId,
-      job.importId,
-      owner,
-      from,
-      progress.position,
-      progress.prefixSha256,
-      progress.lines,
-      progress.created,
-      progress.alreadyPresent,
-      progress.rejected,
-      JSON.stringify(progress.errors),
-      progress.errorsTruncated,
-      complete ? null : leaseExpiresAt,
-      complete,
-    ],
-  );
-  return rows[0] ? toJob(rows[0]) : null;
+  const row = rows[0];
+  return row ? { job: toJob(row), created: new Set(row.created_ids) } : { job: null, created: new Set() };
 }

@@ -37,7 +37,7 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
   const uploads = ctx.metrics.counter('import_uploads_total', 'Bulk import: uploads by how they ended', ['outcome']);
   const deps: ImportDeps = {
     pool: ctx.pool,
-    emit: ctx.emit,
+    prepare: ctx.prepare,
     nextId: ctx.nextId,
     newUuid: ctx.newUuid,
     // A segment per batch: numbering a batch costs one round trip at most.
