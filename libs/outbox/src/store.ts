@@ -33,17 +33,8 @@ export async function enqueue(tx: Queryable, channel: string, messages: readonly
   await insertRows(tx, channel, JSON.stringify(messages.map(rowOf)), also);
 }
 
-/**
- * One message as the JSON of its outbox row, for a caller that serializes its rows ahead of the
- * transaction that writes them (see `enqueueSerialized`).
- */
+/** One message as the JSON of its outbox row, for a caller that serializes its rows ahead of the statement that appends them (`appendRowsSql`). */
 export const serializeOutboxRow = (message: OutboxMessage): string => JSON.stringify(rowOf(message));
-
-/** `enqueue` for rows serialized ahead by `serializeOutboxRow`, written in the order given. */
-export async function enqueueSerialized(tx: Queryable, channel: string, rows: readonly string[], also?: Notification): Promise<void> {
-  if (rows.length === 0) return also ? notify(tx, also) : undefined;
-  await insertRows(tx, channel, `[${rows.join(',')}]`, also);
-}
 
 const rowOf = (m: OutboxMessage) => ({ e: m.eventId, t: m.topic, k: m.key, y: m.eventType, p: m.payload, h: m.headers ?? {} });
 

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { TopicSchemas, topicName, topicOf, type DomainEvent, type EventId } from '@labelflow/contracts';
-import { enqueue, enqueueSerialized, serializeOutboxRow, type Notification, type OutboxMessage } from '@labelflow/outbox';
+import { enqueue, serializeOutboxRow, type Notification, type OutboxMessage } from '@labelflow/outbox';
 import { currentTraceHeaders } from '@labelflow/telemetry';
 import type { Queryable } from './db';
 import { ServiceKitError, ServiceKitErrors } from './errors';
@@ -43,8 +43,6 @@ export type EmitMany = (tx: Queryable, groups: readonly DraftGroup[], also?: Not
 export interface PreparedEvents {
   /** The stamped events, in the drafts' order. */
   readonly events: readonly DomainEvent[];
-  /** Appends the events `keep` accepts (every one without it) to the outbox inside `tx`, in order; returns them. */
-  emit(tx: Queryable, keep?: (event: DomainEvent) => boolean): Promise<readonly DomainEvent[]>;
   /**
    * The outbox rows of every event as one JSON array, and the relay's channel, for a statement
    * that appends them itself (`appendRowsSql` of @labelflow/outbox, then `pg_notify(channel, '')`).
@@ -54,9 +52,9 @@ export interface PreparedEvents {
 
 /**
  * `emit` in two halves, for a writer that overlaps its work with the database's: the CPU half
- * (ids, stamps, schema checks, JSON) runs while an earlier transaction is in flight, and the
- * transaction itself only writes the rows it keeps. Events are stamped with the time they were
- * prepared.
+ * (ids, stamps, schema checks, JSON) runs while an earlier transaction is in flight, and a
+ * statement of the writer's own appends the rows it keeps (`appendRowsSql`). Events are stamped
+ * with the time they were prepared.
  */
 export type Prepare = (drafts: readonly EventDraft[], causationId?: string) => Promise<PreparedEvents>;
 
@@ -121,16 +119,7 @@ export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly e
   const emit: Emit = (tx, drafts, causationId, also) => emitMany(tx, [{ drafts, ...(causationId ? { causationId } : {}) }], also);
   const prepare: Prepare = async (drafts, causationId) => {
     const { events, messages } = await build([{ drafts, ...(causationId ? { causationId } : {}) }]);
-    const rows = messages.map(serializeOutboxRow);
-    return {
-      events,
-      outbox: { rowsJson: `[${rows.join(',')}]`, channel: deps.channel },
-      async emit(tx, keep) {
-        const kept = keep ? events.filter(keep) : events;
-        await enqueueSerialized(tx, deps.channel, keep ? rows.filter((_, i) => keep(events[i] as DomainEvent)) : rows);
-        return kept;
-      },
-    };
+    return { events, outbox: { rowsJson: `[${messages.map(serializeOutboxRow).join(',')}]`, channel: deps.channel } };
   };
   return { emit, emitMany, prepare };
 }
