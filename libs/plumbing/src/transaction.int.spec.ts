@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createTestDatabase, createTestPool, uniqueName } from '@labelflow/testing';
 import { PlumbingErrors } from './errors';
 import { isTransientDbError } from './transient';
-import { refuseNestedConnections, withTransaction } from './transaction';
+import { refuseNestedConnections, runInOwnTransaction, withTransaction } from './transaction';
 
 const infra = inject('infra');
 
@@ -106,5 +106,69 @@ describe('withTransaction on a real PostgreSQL', () => {
       await holder.end();
       await admin.end();
     }
+  });
+});
+
+describe('runInOwnTransaction on a real PostgreSQL', () => {
+  let url: string;
+  let pool: pg.Pool;
+  let drop: () => Promise<void>;
+  beforeAll(async () => {
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('tx1'));
+    url = db.url;
+    drop = db.drop;
+    pool = refuseNestedConnections(createTestPool(db.url, 1));
+    await pool.query('CREATE TABLE items (id text PRIMARY KEY)');
+  });
+  afterAll(async () => {
+    await pool?.end();
+    await drop?.();
+  });
+
+  const ids = async () => (await pool.query<{ id: string }>('SELECT id FROM items ORDER BY id')).rows.map((r) => r.id);
+
+  it('runs the statement inside its transaction, under the lock timeout, commits it, and answers its rows', async () => {
+    const result = await runInOwnTransaction<{ id: string; timeout: string }>(pool, "INSERT INTO items (id) VALUES ($1), ($2) RETURNING id, current_setting('lock_timeout') AS timeout", ['a', 'b'], {
+      lockTimeoutMs: 1_000,
+    });
+    expect(result.rows).toEqual([
+      { id: 'a', timeout: '1s' },
+      { id: 'b', timeout: '1s' },
+    ]);
+    expect(await ids()).toEqual(['a', 'b']);
+  });
+
+  it('writes nothing when the statement fails, rethrows its error, and leaves the connection ready for the next caller', async () => {
+    const failed = await runInOwnTransaction(pool, "INSERT INTO items (id) VALUES ('c'), ('a')", []).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(failed).toMatchObject({ code: '23505' });
+    expect(await ids()).toEqual(['a', 'b']);
+    // The pool has one connection: this runs on the one that failed, outside any transaction.
+    const state = await pool.query<{ timeout: string; open: boolean }>("SELECT current_setting('lock_timeout') AS timeout, now() <> statement_timestamp() AS open");
+    expect(state.rows[0]).toEqual({ timeout: '0', open: false });
+  });
+
+  it('bounds the statement\'s lock waits by lockTimeoutMs, as SET LOCAL inside its transaction', async () => {
+    const holder = new pg.Client({ connectionString: url });
+    await holder.connect();
+    try {
+      await holder.query("BEGIN; INSERT INTO items (id) VALUES ('held')");
+      const failed = await runInOwnTransaction(pool, "INSERT INTO items (id) VALUES ('held')", [], { lockTimeoutMs: 100 }).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(failed).toMatchObject({ code: '55P03' });
+      expect(isTransientDbError(failed)).toBe(true);
+      await holder.query('ROLLBACK');
+    } finally {
+      await holder.end();
+    }
+    expect(await ids()).toEqual(['a', 'b']);
+  });
+
+  it('refuses a lock timeout that is not a positive integer before touching the pool', async () => {
+    await expect(runInOwnTransaction(pool, 'SELECT 1', [], { lockTimeoutMs: 1.5 })).rejects.toMatchObject({ code: PlumbingErrors.CONFIG_INVALID });
   });
 });
