@@ -74,16 +74,29 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) 
 }
 
 async function transact<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>, { lockTimeoutMs, commitIf }: TransactionOptions<T>, span: TraceSpan | undefined): Promise<T> {
-  const client = await pool.connect();
-  listenForConnectionErrors(client);
-  let broken: Error | undefined;
-  try {
-    await client.query(lockTimeoutMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL lock_timeout = ${lockTimeoutMs}`);
+  return onClient(pool, async (client) => {
+    await client.query(beginSql(lockTimeoutMs));
     const result = await asTransactionBody(() => fn(client));
     const commit = !commitIf || commitIf(result);
     await client.query(commit ? 'COMMIT' : 'ROLLBACK');
     span?.annotate({}, { 'labelflow.db.outcome': commit ? 'commit' : 'rollback' });
     return result;
+  });
+}
+
+const beginSql = (lockTimeoutMs: number | undefined) => (lockTimeoutMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL lock_timeout = ${lockTimeoutMs}`);
+
+/**
+ * Runs `work` on a client of `pool`. If it throws, a ROLLBACK (a no-op when no transaction is
+ * open) and the error rethrown. The client goes back to the pool, unless even the ROLLBACK failed:
+ * a connection that cannot roll back is broken and is discarded, not handed to the next caller.
+ */
+async function onClient<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  listenForConnectionErrors(client);
+  let broken: Error | undefined;
+  try {
+    return await work(client);
   } catch (error) {
     await client.query('ROLLBACK').catch((rollbackError: unknown) => {
       broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
@@ -106,27 +119,11 @@ async function transact<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>,
  */
 export async function runInOwnTransaction<R extends pg.QueryResultRow>(pool: pg.Pool, sql: string, params: readonly unknown[], { lockTimeoutMs }: { readonly lockTimeoutMs?: number } = {}): Promise<pg.QueryResult<R>> {
   if (lockTimeoutMs !== undefined) requirePositiveInteger('lockTimeoutMs', lockTimeoutMs);
-  return withChildSpan('db transaction', { 'db.system.name': 'postgresql' }, async () => {
-    const client = await pool.connect();
-    listenForConnectionErrors(client);
-    let broken: Error | undefined;
-    try {
-      const [begin, statement, commit] = await Promise.allSettled([
-        client.query(lockTimeoutMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL lock_timeout = ${lockTimeoutMs}`),
-        client.query<R>(sql, params as unknown[]),
-        client.query('COMMIT'),
-      ]);
+  return withChildSpan('db transaction', { 'db.system.name': 'postgresql' }, () =>
+    onClient(pool, async (client) => {
+      const [begin, statement, commit] = await Promise.allSettled([client.query(beginSql(lockTimeoutMs)), client.query<R>(sql, params as unknown[]), client.query('COMMIT')]);
       for (const step of [begin, statement, commit]) if (step.status === 'rejected') throw step.reason;
       return (statement as PromiseFulfilledResult<pg.QueryResult<R>>).value;
-    } catch (error) {
-      // Nothing is open after a COMMIT that was answered; this only matters if the connection broke
-      // half way, and then the ROLLBACK fails too and the client is discarded.
-      await client.query('ROLLBACK').catch((rollbackError: unknown) => {
-        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
-      });
-      throw error;
-    } finally {
-      client.release(broken);
-    }
-  });
+    }),
+  );
 }
