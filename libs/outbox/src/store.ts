@@ -29,8 +29,15 @@ export async function notify(tx: Queryable, notification: Notification): Promise
  */
 export async function enqueue(tx: Queryable, channel: string, messages: readonly OutboxMessage[], also?: Notification): Promise<void> {
   if (messages.length === 0) return also ? notify(tx, also) : undefined;
-  // One native JSON.stringify of the whole array, cheaper than one per row and a join.
-  await insertRows(tx, channel, JSON.stringify(messages.map(rowOf)), also);
+  // One round trip with one parameter, whatever the batch: the rows travel as one JSON array (a
+  // row per parameter would hit PostgreSQL's 65,535-parameter limit on a large batch, and text
+  // arrays of JSON would need every quote in every payload escaped), serialized by one native
+  // JSON.stringify. The wake-up rides in the same statement (a CTE that writes always runs).
+  await tx.query(
+    `WITH appended AS (${appendRowsSql('$1')})
+     SELECT pg_notify($2, '') UNION ALL SELECT pg_notify($3, payload) FROM unnest($4::text[]) AS payload`,
+    [JSON.stringify(messages.map(rowOf)), channel, also?.channel ?? channel, also?.payloads ?? []],
+  );
 }
 
 /** One message as the JSON of its outbox row, for a caller that serializes its rows ahead of the statement that appends them (`appendRowsSql`). */
@@ -52,15 +59,3 @@ export const appendRowsSql = (rowsParam: string, where = 'true'): string => `INS
        WHERE ${where}
        ORDER BY m.n
        RETURNING 1`;
-
-async function insertRows(tx: Queryable, channel: string, rowsJson: string, also: Notification | undefined): Promise<void> {
-  // One round trip with one parameter, whatever the batch: the rows travel as one JSON array (a
-  // row per parameter would hit PostgreSQL's 65,535-parameter limit on a large batch, and text
-  // arrays of JSON would need every quote in every payload escaped). The wake-up rides in the same
-  // statement (a CTE that writes always runs).
-  await tx.query(
-    `WITH appended AS (${appendRowsSql('$1')})
-     SELECT pg_notify($2, '') UNION ALL SELECT pg_notify($3, payload) FROM unnest($4::text[]) AS payload`,
-    [rowsJson, channel, also?.channel ?? channel, also?.payloads ?? []],
-  );
-}
