@@ -436,7 +436,7 @@ interface RelayRun {
 async function runRelay(env: Env, run: PipelineRun, rows: number, qaTopic: string): Promise<RelayRun> {
   const before = await topicMessages(env.admin, qaTopic);
   if (RELAY_ANALYZE) await run.pool.query('ANALYZE outbox');
-  const publisher = createPublisher(env.kafka);
+  const publisher = createPublisher({ brokers: BROKERS, clientId: `bench-pipeline-relay-${RUN_ID}` });
   await publisher.connect();
   const relay = createOutboxRelay({
     pool: run.pool,

@@ -7,6 +7,8 @@ export const MessagingErrors = {
   VERSION_UNSUPPORTED: 'MESSAGING_VERSION_UNSUPPORTED',
   HANDLER_FAILED: 'MESSAGING_HANDLER_FAILED',
   UNBOUND_TOPIC: 'MESSAGING_UNBOUND_TOPIC',
+  /** The broker or the network refused a send (PublishError, whose `type` names the broker's answer). */
+  PUBLISH_FAILED: 'MESSAGING_PUBLISH_FAILED',
 } as const;
 export type MessagingErrorCode = (typeof MessagingErrors)[keyof typeof MessagingErrors];
 

@@ -1,5 +1,6 @@
 export * from './errors';
 export * from './kafka';
+export * from './publisher';
 export * from './codec';
 export * from './consumer';
 export { EVENT_TYPE_HEADER, type BatchProcessor, type Delivery, type DeliveryOutcome, type MessageMeta, type TopicBinding } from './consumer-batch';

@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { Kafka as KafkaJs, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { captureLogs, repoRoot, sparePort, uniqueName } from '@labelflow/testing';
-import { createKafka, ensureTopics, type Kafka, type KafkaSasl } from './index';
+import { createKafka, createPublisher, ensureTopics, PublishError, type Kafka, type KafkaSasl } from './index';
 
 const run = promisify(execFile);
 
@@ -118,6 +118,37 @@ describe('Kafka with SASL/SCRAM-SHA-512 (infra/kafka/start-sasl.sh)', () => {
       expect(value).toBe('hello over SCRAM');
     } finally {
       await consumer.disconnect();
+    }
+  });
+
+  it('lets the outbox publisher (createPublisher) log in with SCRAM and publish, and refuses it at connect with a wrong password', async () => {
+    const kafka = client(good());
+    const topic = uniqueName('sasl-publish');
+    await ensureTopics(kafka, [topic], 1);
+    const publisher = createPublisher({ brokers, clientId: uniqueName('sasl-publisher'), sasl: good() });
+    try {
+      await publisher.connect();
+      await publisher.send([{ topic, key: 'k', value: 'published over SCRAM', headers: { 'event-type': 'Test' } }]);
+    } finally {
+      await publisher.disconnect();
+    }
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      expect((await admin.fetchTopicOffsets(topic)).map((p) => p.high)).toEqual(['1']);
+    } finally {
+      await admin.disconnect();
+    }
+
+    const refused = createPublisher({ brokers, clientId: uniqueName('sasl-publisher'), sasl: { ...good(), password: `${password}-wrong` }, retries: 2 });
+    try {
+      const error = await refused.connect().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(PublishError);
+    } finally {
+      await refused.disconnect();
     }
   });
 

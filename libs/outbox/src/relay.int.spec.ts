@@ -74,7 +74,7 @@ describe('the outbox relay', () => {
     drop = db.drop;
     pool = createTestPool(db.url);
     await pool.query(outboxMigrationSql);
-    publisher = createPublisher(kafka);
+    publisher = createPublisher({ brokers: infra.kafkaBrokers.split(','), clientId: 'outbox-test' });
     await publisher.connect();
   });
   afterEach(async () => {

@@ -10,6 +10,7 @@ import { createExactlyOnce } from '../consume';
 import { isTransientDbError, type Pool } from '../db';
 import { createEmitter, uuidIds, type EmitMany } from '../events';
 import type { IdSource } from '../ids';
+import { kafkaSecurity } from '../kafka-security';
 import type { Lifecycle } from '../lifecycle';
 import { createTaskSignals } from '../signals';
 import type { RuntimeName, ServiceContext, ServiceDefinition } from './definition';
@@ -45,7 +46,7 @@ export async function wireContext<C extends BaseConfig>(w: Wiring<C>): Promise<{
 /** The outbox relay with its connected producer; `listen` starts it. */
 export async function wireRelay<C extends BaseConfig>(w: Wiring<C>): Promise<OutboxRelay> {
   const { config, logger, metrics, pool, lifecycle } = w;
-  const publisher = createPublisher(w.kafka.kafka);
+  const publisher = createPublisher({ brokers: config.KAFKA_BROKERS, clientId: w.definition.name, ...kafkaSecurity(config) });
   await publisher.connect();
   lifecycle.onClose('producer', () => publisher.disconnect());
   const relay = createOutboxRelay({
