@@ -2,6 +2,8 @@ import { LabelflowError } from '@labelflow/contracts';
 
 export const OutboxErrors = {
   PUBLISH_FAILED: 'OUTBOX_PUBLISH_FAILED',
+  /** A message the outbox cannot store as given (a plain field holding the row framing's separators). */
+  ROW_INVALID: 'OUTBOX_ROW_INVALID',
 } as const;
 export type OutboxErrorCode = (typeof OutboxErrors)[keyof typeof OutboxErrors];
 

@@ -1,3 +1,4 @@
+import { OutboxError, OutboxErrors } from './errors';
 import type { Queryable } from './types';
 
 export interface OutboxMessage {
@@ -29,33 +30,57 @@ export async function notify(tx: Queryable, notification: Notification): Promise
  */
 export async function enqueue(tx: Queryable, channel: string, messages: readonly OutboxMessage[], also?: Notification): Promise<void> {
   if (messages.length === 0) return also ? notify(tx, also) : undefined;
-  // One round trip with one parameter, whatever the batch: the rows travel as one JSON array (a
-  // row per parameter would hit PostgreSQL's 65,535-parameter limit on a large batch, and text
-  // arrays of JSON would need every quote in every payload escaped), serialized by one native
-  // JSON.stringify. The wake-up rides in the same statement (a CTE that writes always runs).
+  // One round trip with one parameter, whatever the batch: the rows travel as one text (a row per
+  // parameter would hit PostgreSQL's 65,535-parameter limit on a large batch). The wake-up rides in
+  // the same statement (a CTE that writes always runs).
   await tx.query(
     `WITH appended AS (${appendRowsSql('$1')})
      SELECT pg_notify($2, '') UNION ALL SELECT pg_notify($3, payload) FROM unnest($4::text[]) AS payload`,
-    [JSON.stringify(messages.map(rowOf)), channel, also?.channel ?? channel, also?.payloads ?? []],
+    [serializeOutboxRows(messages), channel, also?.channel ?? channel, also?.payloads ?? []],
   );
 }
 
-/** One message as the JSON of its outbox row, for a caller that serializes its rows ahead of the statement that appends them (`appendRowsSql`). */
-export const serializeOutboxRow = (message: OutboxMessage): string => JSON.stringify(rowOf(message));
+// Rows travel framed by ASCII separators: RS between rows, US between a row's fields. JSON text
+// never holds either raw (JSON.stringify escapes every control character), so only the four plain
+// fields need checking. PostgreSQL cuts such a text apart at about twice the speed of
+// json_to_recordset over the same rows as a JSON array, which built a hash table per row.
+const ROW_SEPARATOR = '\x1e';
+const FIELD_SEPARATOR = '\x1f';
+// eslint-disable-next-line no-control-regex -- matching the two separators is the point
+const SEPARATORS = /[\x1e\x1f]/;
 
-const rowOf = (m: OutboxMessage) => ({ e: m.eventId, t: m.topic, k: m.key, y: m.eventType, p: m.payload, h: m.headers ?? {} });
+const plain = (what: string, value: string): string => {
+  if (SEPARATORS.test(value)) throw new OutboxError(OutboxErrors.ROW_INVALID, `an outbox row's ${what} must not contain the ASCII separators U+001E or U+001F: ${JSON.stringify(value.slice(0, 100))}`);
+  return value;
+};
+
+/**
+ * One message as the text of its outbox row, for a caller that serializes its rows ahead of the
+ * statement that appends them (`appendRowsSql`); join rows with `joinOutboxRows`.
+ */
+export const serializeOutboxRow = (m: OutboxMessage): string =>
+  `${plain('event id', m.eventId)}${FIELD_SEPARATOR}${plain('topic', m.topic)}${FIELD_SEPARATOR}${plain('key', m.key)}${FIELD_SEPARATOR}${plain('event type', m.eventType)}` +
+  `${FIELD_SEPARATOR}${JSON.stringify(m.headers ?? {})}${FIELD_SEPARATOR}${JSON.stringify(m.payload)}`;
+
+/** Rows made by `serializeOutboxRow`, as the one parameter `appendRowsSql` reads. */
+export const joinOutboxRows = (rows: readonly string[]): string => rows.join(ROW_SEPARATOR);
+
+/** Messages as the one parameter `appendRowsSql` reads. */
+export const serializeOutboxRows = (messages: readonly OutboxMessage[]): string => joinOutboxRows(messages.map(serializeOutboxRow));
 
 /**
  * The outbox insert, as the body of a data-modifying CTE, for a caller that writes its rows in a
  * statement of its own (e.g. with the rows its insert created, and no round trip between them).
- * `rowsParam` names the parameter holding the rows as one JSON array (`serializeOutboxRow`
- * objects, or `[…]` of them); `where` may filter them on `m.k` (the message key, a task id),
- * `m.y` (the event type) or `m.e` (the event id). Rows keep their order, so ids follow it.
+ * `rowsParam` names the text parameter holding the rows (`serializeOutboxRows`, or
+ * `joinOutboxRows` of `serializeOutboxRow`s); `where` may filter them on `m.k` (the message key, a
+ * task id), `m.y` (the event type) or `m.e` (the event id). Rows keep their order, so ids follow it.
  * The relay still needs waking: `SELECT pg_notify(<channel>, '')` in the same statement.
  */
 export const appendRowsSql = (rowsParam: string, where = 'true'): string => `INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers)
-       SELECT m.e, m.t, m.k, m.y, m.p, m.h
-       FROM ROWS FROM (json_to_recordset(${rowsParam}::json) AS (e text, t text, k text, y text, p json, h json)) WITH ORDINALITY AS m(e, t, k, y, p, h, n)
+       SELECT m.e, m.t, m.k, m.y, m.p::json, m.h::json
+       FROM (SELECT split_part(r, E'\\x1f', 1) AS e, split_part(r, E'\\x1f', 2) AS t, split_part(r, E'\\x1f', 3) AS k, split_part(r, E'\\x1f', 4) AS y,
+                    split_part(r, E'\\x1f', 5) AS h, split_part(r, E'\\x1f', 6) AS p, n
+             FROM unnest(string_to_array(${rowsParam}::text, E'\\x1e')) WITH ORDINALITY AS a(r, n)) AS m
        WHERE ${where}
        ORDER BY m.n
        RETURNING 1`;

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { TopicSchemas, topicName, topicOf, type DomainEvent, type EventId } from '@labelflow/contracts';
-import { enqueue, serializeOutboxRow, type Notification, type OutboxMessage } from '@labelflow/outbox';
+import { enqueue, serializeOutboxRows, type Notification, type OutboxMessage } from '@labelflow/outbox';
 import { currentTraceHeaders } from '@labelflow/telemetry';
 import type { Queryable } from './db';
 import { ServiceKitError, ServiceKitErrors } from './errors';
@@ -44,10 +44,11 @@ export interface PreparedEvents {
   /** The stamped events, in the drafts' order. */
   readonly events: readonly DomainEvent[];
   /**
-   * The outbox rows of every event as one JSON array, and the relay's channel, for a statement
-   * that appends them itself (`appendRowsSql` of @labelflow/outbox, then `pg_notify(channel, '')`).
+   * The outbox rows of every event as the one text parameter `appendRowsSql` of @labelflow/outbox
+   * reads, and the relay's channel, for a statement that appends them itself (then
+   * `pg_notify(channel, '')`).
    */
-  readonly outbox: { readonly rowsJson: string; readonly channel: string };
+  readonly outbox: { readonly rows: string; readonly channel: string };
 }
 
 /**
@@ -119,7 +120,7 @@ export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly e
   const emit: Emit = (tx, drafts, causationId, also) => emitMany(tx, [{ drafts, ...(causationId ? { causationId } : {}) }], also);
   const prepare: Prepare = async (drafts, causationId) => {
     const { events, messages } = await build([{ drafts, ...(causationId ? { causationId } : {}) }]);
-    return { events, outbox: { rowsJson: `[${messages.map(serializeOutboxRow).join(',')}]`, channel: deps.channel } };
+    return { events, outbox: { rows: serializeOutboxRows(messages), channel: deps.channel } };
   };
   return { emit, emitMany, prepare };
 }

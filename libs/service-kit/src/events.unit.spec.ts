@@ -9,6 +9,12 @@ const recordingTx = () => {
   const tx: Queryable = { query: async (sql: string, values?: unknown[]) => (statements.push(sql), params.push(values ?? []), { rows: [], rowCount: 0 }) };
   return { tx, statements, params };
 };
+/** The outbox rows of an `appendRowsSql` parameter, read back (RS between rows, US between fields). */
+const outboxRows = (text: string) =>
+  text.split('\x1e').map((row) => {
+    const [eventId, topic, key, eventType, headers, payload] = row.split('\x1f');
+    return { eventId, topic, key, eventType, headers: JSON.parse(headers ?? 'null') as unknown, payload: JSON.parse(payload ?? 'null') as unknown };
+  });
 const { emit, emitMany, prepare } = createEmitter({ producer: 'task-svc', topicPrefix: 'lf', channel: 'outbox', now: () => new Date('2026-01-01T00:00:00Z'), newId: () => '7391122347129815040' });
 const cancelled = (cancelledBy: string): EventDraft =>
   ({
@@ -50,12 +56,12 @@ describe('service-kit: createEmitter', () => {
     expect(Object.keys(caused!).sort()).toEqual([...Object.keys(envelope), 'causationId'].sort());
     expect(caused).toEqual({ ...envelope, causationId: 'key-1' });
     expect(Object.keys(uncaused!).sort()).toEqual(Object.keys(envelope).sort());
-    const rows = JSON.parse(params[0]![0] as string) as { k: string; y: string; h: Record<string, string> }[];
-    expect(rows.map((r) => r.h)).toEqual([
+    const rows = outboxRows(params[0]![0] as string);
+    expect(rows.map((r) => r.headers)).toEqual([
       { traceparent, 'event-type': 'TaskCancelled', 'event-version': '1' },
       { 'event-type': 'TaskCancelled', 'event-version': '1' },
     ]);
-    expect(rows.map((r) => [r.k, r.y])).toEqual([
+    expect(rows.map((r) => [r.key, r.eventType])).toEqual([
       ['7391122347125620736', 'TaskCancelled'],
       ['7391122347125620736', 'TaskCancelled'],
     ]);
@@ -76,15 +82,15 @@ describe('service-kit: createEmitter', () => {
       ['7391122347129815042', 'import:1'],
     ]);
     expect(prepared.outbox.channel).toBe('outbox');
-    const rows = JSON.parse(prepared.outbox.rowsJson) as { e: string; k: string; p: unknown }[];
-    expect(rows.map((r) => r.e)).toEqual(['7391122347129815041', '7391122347129815042']);
-    expect(rows.map((r) => r.p)).toEqual(prepared.events);
+    const rows = outboxRows(prepared.outbox.rows);
+    expect(rows.map((r) => r.eventId)).toEqual(['7391122347129815041', '7391122347129815042']);
+    expect(rows.map((r) => r.payload)).toEqual(prepared.events);
 
     const viaEmit = recordingTx();
     await emit(viaEmit.tx, [cancelled('ops-a')], 'import:1');
-    const [emitted] = JSON.parse(viaEmit.params[0]![0] as string) as Record<string, unknown>[];
-    expect(Object.keys(rows[0]!)).toEqual(Object.keys(emitted!));
-    expect({ ...rows[0], e: 'x', p: null }).toEqual({ ...emitted, e: 'x', p: null });
+    const [emitted] = outboxRows(viaEmit.params[0]![0] as string);
+    expect({ ...rows[0], eventId: 'x', payload: null }).toEqual({ ...emitted, eventId: 'x', payload: null });
+    expect(rows[0]).toMatchObject({ topic: 'lf.task-events', key: '7391122347125620736', eventType: 'TaskCancelled', headers: { 'event-type': 'TaskCancelled', 'event-version': '1' } });
   });
 
   it('refuses to prepare an event its consumers could not read, before any transaction', async () => {

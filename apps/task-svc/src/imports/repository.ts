@@ -101,7 +101,7 @@ export interface BatchWrite {
   /** The batch's distinct tasks, each with its id and number drawn. */
   readonly tasks: readonly CreatedTask[];
   /** Every task's TaskCreated outbox row, as one JSON array; only the created tasks' are appended. */
-  readonly outbox: { readonly rowsJson: string; readonly channel: string };
+  readonly outbox: { readonly rows: string; readonly channel: string };
   readonly progress: Progress;
   readonly leaseExpiresAt: Date;
   readonly complete: boolean;
@@ -158,7 +158,7 @@ export async function writeImportBatch(pool: Pool, w: BatchWrite): Promise<{ rea
       pgArray(sorted.map((t) => t.dataUri)),
       pgArray(sorted.map((t) => t.taskNumber)),
       pgArray(sorted.map((t) => t.externalId)),
-      w.outbox.rowsJson,
+      w.outbox.rows,
       w.outbox.channel,
       w.importId,
       w.owner,
