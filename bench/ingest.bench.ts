@@ -156,9 +156,26 @@ interface EndpointRun {
   readonly p99BatchMsBound: number;
   readonly batches: number;
   readonly problems: readonly string[];
+  /** From the endpoint's answer until the relay had published every TaskCreated of the import (not in `ms`). */
+  readonly relayLagMs: number;
 }
 
-async function runEndpoint(task: ServiceProcess, file: ImportFileOptions): Promise<EndpointRun> {
+/**
+ * Waits until task-svc's relay has published every outbox row, so that what the endpoint set in
+ * motion is over before the ceiling runs: a relay still reading and marking rows (and the
+ * autovacuum they start) would slow the ceiling down and flatter the ratio.
+ */
+async function relayCaughtUp(taskDb: pg.Pool): Promise<number> {
+  const t0 = performance.now();
+  for (;;) {
+    const { rows } = await taskDb.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL AND failed_at IS NULL');
+    if (rows[0]?.n === 0) return performance.now() - t0;
+    if (performance.now() - t0 > TIMEOUT_MS) throw new Error(`task-svc's relay left ${rows[0]?.n} outbox rows unpublished ${TIMEOUT_MS} ms after the import answered`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+async function runEndpoint(task: ServiceProcess, file: ImportFileOptions, taskDb: pg.Pool): Promise<EndpointRun> {
   const projectId = randomUUID();
   const token = `Bearer ${await tokenFor(as.manager('bench-manager', projectId))}`;
   const before = await batchHistogram(task.url);
@@ -167,7 +184,8 @@ async function runEndpoint(task: ServiceProcess, file: ImportFileOptions): Promi
   const ms = performance.now() - t0;
   if (!result.ok) throw new Error(`the import endpoint answered ${result.status}: ${JSON.stringify(result.body).slice(0, 500)}`);
   const { p99Ms, batches } = bucketP99(before, await batchHistogram(task.url));
-  return { ms, summary: result.summary, p99BatchMsBound: p99Ms, batches, problems: checkImportSummary(file, planImportFile(file), result.summary, UploadKind.first) };
+  const relayLagMs = await relayCaughtUp(taskDb);
+  return { ms, summary: result.summary, p99BatchMsBound: p99Ms, batches, relayLagMs, problems: checkImportSummary(file, planImportFile(file), result.summary, UploadKind.first) };
 }
 
 async function startTaskSvc(env: Env): Promise<ServiceProcess> {
@@ -366,6 +384,7 @@ async function main(): Promise<number> {
   const problems: string[] = [];
   let failed: string | undefined;
   let task: ServiceProcess | undefined;
+  let taskDb: pg.Pool | undefined;
   const importRounds: { endpoint: EndpointRun; ceiling: CeilingRun; ratio: number }[] = [];
   let rss: { series: RssSeries; summary: ImportSummary; ms: number } | undefined;
   const prelabelRounds: { raw: Timed; label: LabelSvcRun; ratio: number; work: PrelabelWork }[] = [];
@@ -404,9 +423,10 @@ async function main(): Promise<number> {
       progress('building the services (scripts/build.mjs) and starting task-svc');
       await buildServices();
       task = await startTaskSvc(env);
+      taskDb = new pg.Pool({ connectionString: dbUrl(`${DB_PREFIX}_task`), max: 1 });
       progress(`task-svc pid ${task.child.pid} at ${task.url}`);
     }
-    if (runs('import') && task) {
+    if (runs('import') && task && taskDb) {
       const ceilingDb = `${DB_PREFIX}_ceiling`;
       await pgAdmin.query(`CREATE DATABASE ${ceilingDb}`);
       env.createdDbs.push(ceilingDb);
@@ -415,12 +435,12 @@ async function main(): Promise<number> {
         await migrate(ceilingPool, taskMigrations);
         // Warm-up, untimed: both paths once on a small file.
         const warmFile: ImportFileOptions = { lines: Math.min(5_000, ROWS), repeat: REPEAT, bad: 0, seed: SEED, tag: `warm-${RUN_ID}` };
-        await runEndpoint(task, warmFile);
+        await runEndpoint(task, warmFile, taskDb);
         await runCeiling(ceilingPool, randomUUID(), warmFile, BATCH, 5);
         for (let round = 1; round <= ROUNDS; round++) {
           const file: ImportFileOptions = { lines: ROWS, repeat: REPEAT, bad: 0, seed: SEED + round, tag: `r${round}-${RUN_ID}` };
           const plan = planImportFile(file);
-          const endpoint = await runEndpoint(task, file);
+          const endpoint = await runEndpoint(task, file, taskDb);
           const ceiling = await runCeiling(ceilingPool, randomUUID(), file, BATCH, 6);
           if (ceiling.created !== plan.distinct) problems.push(`ceiling round ${round}: ${ceiling.created} rows created, expected ${plan.distinct}`);
           problems.push(...endpoint.problems.map((p) => `endpoint round ${round}: ${p}`));
@@ -428,7 +448,7 @@ async function main(): Promise<number> {
           const cRate = (ROWS / ceiling.ms) * 1000;
           importRounds.push({ endpoint, ceiling, ratio: eRate / cRate });
           progress(
-            `  import round ${round}: endpoint ${fmtRate(eRate)} rows/s (${(endpoint.ms / 1000).toFixed(1)} s, ${endpoint.batches} batches, p99 ≤ ${fmtMs(endpoint.p99BatchMsBound)} ms)  ` +
+            `  import round ${round}: endpoint ${fmtRate(eRate)} rows/s (${(endpoint.ms / 1000).toFixed(1)} s, ${endpoint.batches} batches, p99 ≤ ${fmtMs(endpoint.p99BatchMsBound)} ms, relay done ${fmtMs(endpoint.relayLagMs)} ms later)  ` +
               `ceiling ${fmtRate(cRate)} rows/s (${(ceiling.ms / 1000).toFixed(1)} s, p99 ${fmtMs(percentile([...ceiling.batchMs].sort((a, b) => a - b), 99))} ms)  ratio ${fmtX(eRate / cRate)}`,
           );
         }
@@ -438,10 +458,11 @@ async function main(): Promise<number> {
     }
 
     // ---- RSS of task-svc while a large file streams in
-    if (runs('rss') && task?.child.pid) {
+    if (runs('rss') && task?.child.pid && taskDb) {
+      const db = taskDb;
       const file: ImportFileOptions = { lines: RSS_LINES, repeat: REPEAT, bad: 0, seed: SEED + 100, tag: `rss-${RUN_ID}` };
       progress(`  rss: streaming ${RSS_LINES} lines into task-svc (pid ${task.child.pid}), sampling VmRSS every 100 ms`);
-      const { result, series } = await sampleRss(task.child.pid, 100, () => runEndpoint(task as ServiceProcess, file));
+      const { result, series } = await sampleRss(task.child.pid, 100, () => runEndpoint(task as ServiceProcess, file, db));
       problems.push(...result.problems.map((p) => `rss import: ${p}`));
       rss = { series, summary: result.summary, ms: result.ms };
       progress(`  rss: before ${mb(series.before)}, peak ${mb(series.peak)}, after ${mb(series.after)} over ${(result.ms / 1000).toFixed(1)} s`);
@@ -449,6 +470,8 @@ async function main(): Promise<number> {
     if (task) {
       await task.stop();
       task = undefined;
+      await taskDb?.end();
+      taskDb = undefined;
     }
 
     // ---- pre-labels: label-svc's consumer vs a raw kafkajs consumer of the same messages
@@ -473,6 +496,7 @@ async function main(): Promise<number> {
     progress(`bench failed: ${failed}`);
   } finally {
     if (task) await task.kill().catch(() => undefined);
+    await taskDb?.end().catch(() => undefined);
     await cleanup(env);
   }
 
@@ -565,7 +589,7 @@ async function main(): Promise<number> {
         args: { rows: ROWS, repeat: REPEAT, rounds: ROUNDS, batch: BATCH, rssLines: RSS_LINES, prelabelEvents: PRELABELS, prelabelDuplicates: PRELABEL_DUPS, partitions: PARTITIONS, strategyItems: STRATEGY_ITEMS, strategyConcurrency: STRATEGY_CONCURRENCY, only: [...ONLY], seed: SEED },
         machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, totalMemBytes: os.totalmem(), node: process.version, loadavg: os.loadavg() },
         import: importRounds.map((r) => ({
-          endpoint: { rowsPerSec: (ROWS / r.endpoint.ms) * 1000, ms: r.endpoint.ms, batches: r.endpoint.batches, p99BatchMsBucketBound: r.endpoint.p99BatchMsBound, summary: { ...r.endpoint.summary, errors: r.endpoint.summary.errors.length } },
+          endpoint: { rowsPerSec: (ROWS / r.endpoint.ms) * 1000, ms: r.endpoint.ms, relayLagMs: r.endpoint.relayLagMs, batches: r.endpoint.batches, p99BatchMsBucketBound: r.endpoint.p99BatchMsBound, summary: { ...r.endpoint.summary, errors: r.endpoint.summary.errors.length } },
           ceiling: { rowsPerSec: (ROWS / r.ceiling.ms) * 1000, ms: r.ceiling.ms, created: r.ceiling.created, batches: r.ceiling.batchMs.length, p99BatchMs: percentile([...r.ceiling.batchMs].sort((a, b) => a - b), 99) },
           ratio: r.ratio,
         })),
