@@ -41,7 +41,7 @@ if (args.help) {
 const N = positiveInt('rows', args.rows);
 /** Every contender runs R times, interleaved (round 1 of all, then round 2 of all…). */
 const R = positiveInt('rounds', args.rounds);
-/** The relay's batchSize and the ceiling's sendBatch chunk, in messages. */
+/** The relay's batchSize and the ceiling's chunk per send, in messages. */
 const B = positiveInt('batch', args.batch);
 const P = positiveInt('partitions', args.partitions);
 const PAYLOAD_BYTES = positiveInt('payload-bytes', args['payload-bytes']);
@@ -420,7 +420,7 @@ async function main(): Promise<number> {
       'The relay is timed from start() until its outbox_published_total reaches `rows` (rows sent and marked), polled in process every 2 ms.',
       'The ceiling sends the same messages (prepared up front) with an @platformatic/kafka producer.send, `batch` at a time, one call after the other.',
       'Kafka, PostgreSQL and the bench share one machine: the numbers include their contention for CPU.',
-      'sendLatencyMs is slept before every relay send and every ceiling sendBatch alike (a broker that far away); the DB-side contender sends nothing and so waits nothing.',
+      'sendLatencyMs is slept before every relay send and every ceiling send alike (a broker that far away); the DB-side contender sends nothing and so waits nothing.',
     ],
     results,
     ratio: { name: 'relay ÷ raw producer ceiling', value: ratio, perRound: ratios },

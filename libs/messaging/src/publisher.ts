@@ -69,12 +69,13 @@ function brokerErrorOf(error: unknown, depth = 0): string | undefined {
  * An idempotent producer (acks=all, one request in flight per broker): broker-side retries never
  * duplicate or reorder a partition's messages. Duplicates from a relay crash are the consumers'
  * dedup's job. Built on @platformatic/kafka, whose record encoding costs less than half of kafkajs's
- * CPU per message (bench/README.md, "publisher"); consumers stay on kafkajs.
+ * CPU per message (the README's `createPublisher` section); consumers stay on kafkajs.
  *
  * After a failed send the producer is replaced by a new one (a new producer id) before the next
  * send. A produce request that fails for one partition (one refused as MESSAGE_TOO_LARGE, the others
  * written) leaves the sequence numbers of the written partitions behind the broker's, which would
- * then refuse every later batch to them as OUT_OF_ORDER_SEQUENCE_NUMBER, for good. A new producer id
+ * then take the next batch to them for a duplicate and drop it (the int spec shows it) or refuse
+ * later ones as OUT_OF_ORDER_SEQUENCE_NUMBER. A new producer id
  * starts every sequence afresh; what it sends again that was written before is a duplicate, which
  * consumers dedup. Sends are expected one at a time, as the outbox relay makes them.
  */
@@ -107,7 +108,7 @@ export function createPublisher(deps: PublisherDeps): KafkaPublisher {
       try {
         await producer.metadata({ topics: [] });
       } catch (error) {
-        throw refused(`Kafka at ${deps.brokers.join(',')} did not answer`, error);
+        throw refused(`Kafka at ${deps.brokers.join(',')} refused the connection or did not answer`, error);
       }
     },
     disconnect: () => producer.close(),
