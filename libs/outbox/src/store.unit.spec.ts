@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { joinOutboxRows, serializeOutboxRow, serializeOutboxRows, type OutboxMessage } from './index';
+import { serializeOutboxRows, type OutboxMessage } from './index';
 
 const message = (over: Partial<OutboxMessage> = {}): OutboxMessage => ({
   topic: 'lf.task-events',
@@ -11,22 +11,36 @@ const message = (over: Partial<OutboxMessage> = {}): OutboxMessage => ({
   ...over,
 });
 
-describe('outbox rows as text', () => {
+/** The rows read back as PostgreSQL cuts them apart: RS between rows, US between fields. */
+const fieldsOf = (rows: Buffer) => rows.toString('utf8').split('\x1e').map((r) => r.split('\x1f'));
+
+describe('outbox rows as framed UTF-8 text', () => {
   it('frames each row as its plain fields, its headers and its payload, the JSON as JSON.stringify wrote it', () => {
     const m = message();
-    expect(serializeOutboxRow(m).split('\x1f')).toEqual([m.eventId, m.topic, m.key, m.eventType, JSON.stringify(m.headers), JSON.stringify(m.payload)]);
+    expect(fieldsOf(serializeOutboxRows([m]))).toEqual([[m.eventId, m.topic, m.key, m.eventType, JSON.stringify(m.headers), JSON.stringify(m.payload)]]);
   });
 
   it('keeps separators inside payloads and headers escaped, so rows and fields split where they should', () => {
     const rows = [message({ headers: { note: '\x1e\x1f' } }), message({ key: '2' })];
-    const text = serializeOutboxRows(rows);
-    expect(text).toBe(joinOutboxRows(rows.map(serializeOutboxRow)));
-    expect(text.split('\x1e').map((r) => r.split('\x1f').length)).toEqual([6, 6]);
-    expect(JSON.parse(text.split('\x1e')[0]!.split('\x1f')[5]!)).toEqual(rows[0]!.payload);
+    const fields = fieldsOf(serializeOutboxRows(rows));
+    expect(fields.map((f) => f.length)).toEqual([6, 6]);
+    expect(JSON.parse(fields[0]![4]!)).toEqual(rows[0]!.headers);
+    expect(JSON.parse(fields[1]![5]!)).toEqual(rows[1]!.payload);
+  });
+
+  it('writes text beyond Latin-1 as UTF-8, however many rows outgrow the first buffer', () => {
+    const rows = Array.from({ length: 50 }, (_, i) => message({ key: String(i), payload: { title: `標注 ${'🏷️'.repeat(200)} ${i}` } }));
+    const fields = fieldsOf(serializeOutboxRows(rows));
+    expect(fields.map((f) => f[2])).toEqual(rows.map((r) => r.key));
+    expect(fields.map((f) => JSON.parse(f[5]!) as unknown)).toEqual(rows.map((r) => r.payload));
+  });
+
+  it('is empty for no messages', () => {
+    expect(serializeOutboxRows([])).toHaveLength(0);
   });
 
   it('refuses a key, topic, type or event id holding a separator, naming the field', () => {
-    expect(() => serializeOutboxRow(message({ key: 'a\x1eb' }))).toThrow(expect.objectContaining({ code: 'OUTBOX_ROW_INVALID', message: expect.stringContaining('key') }));
-    expect(() => serializeOutboxRow(message({ topic: 'a\x1fb' }))).toThrow(expect.objectContaining({ code: 'OUTBOX_ROW_INVALID', message: expect.stringContaining('topic') }));
+    expect(() => serializeOutboxRows([message({ key: 'a\x1eb' })])).toThrow(expect.objectContaining({ code: 'OUTBOX_ROW_INVALID', message: expect.stringContaining('key') }));
+    expect(() => serializeOutboxRows([message({ topic: 'a\x1fb' })])).toThrow(expect.objectContaining({ code: 'OUTBOX_ROW_INVALID', message: expect.stringContaining('topic') }));
   });
 });

@@ -44,11 +44,11 @@ export interface PreparedEvents {
   /** The stamped events, in the drafts' order. */
   readonly events: readonly DomainEvent[];
   /**
-   * The outbox rows of every event as the one text parameter `appendRowsSql` of @labelflow/outbox
+   * The outbox rows of every event as the one parameter `appendRowsSql` of @labelflow/outbox
    * reads, and the relay's channel, for a statement that appends them itself (then
    * `pg_notify(channel, '')`).
    */
-  readonly outbox: { readonly rows: string; readonly channel: string };
+  readonly outbox: { readonly rows: Buffer; readonly channel: string };
 }
 
 /**

@@ -10,8 +10,8 @@ const recordingTx = () => {
   return { tx, statements, params };
 };
 /** The outbox rows of an `appendRowsSql` parameter, read back (RS between rows, US between fields). */
-const outboxRows = (text: string) =>
-  text.split('\x1e').map((row) => {
+const outboxRows = (rows: Buffer) =>
+  rows.toString('utf8').split('\x1e').map((row) => {
     const [eventId, topic, key, eventType, headers, payload] = row.split('\x1f');
     return { eventId, topic, key, eventType, headers: JSON.parse(headers ?? 'null') as unknown, payload: JSON.parse(payload ?? 'null') as unknown };
   });
@@ -56,7 +56,7 @@ describe('service-kit: createEmitter', () => {
     expect(Object.keys(caused!).sort()).toEqual([...Object.keys(envelope), 'causationId'].sort());
     expect(caused).toEqual({ ...envelope, causationId: 'key-1' });
     expect(Object.keys(uncaused!).sort()).toEqual(Object.keys(envelope).sort());
-    const rows = outboxRows(params[0]![0] as string);
+    const rows = outboxRows(params[0]![0] as Buffer);
     expect(rows.map((r) => r.headers)).toEqual([
       { traceparent, 'event-type': 'TaskCancelled', 'event-version': '1' },
       { 'event-type': 'TaskCancelled', 'event-version': '1' },
@@ -88,7 +88,7 @@ describe('service-kit: createEmitter', () => {
 
     const viaEmit = recordingTx();
     await emit(viaEmit.tx, [cancelled('ops-a')], 'import:1');
-    const [emitted] = outboxRows(viaEmit.params[0]![0] as string);
+    const [emitted] = outboxRows(viaEmit.params[0]![0] as Buffer);
     expect({ ...rows[0], eventId: 'x', payload: null }).toEqual({ ...emitted, eventId: 'x', payload: null });
     expect(rows[0]).toMatchObject({ topic: 'lf.task-events', key: '7391122347125620736', eventType: 'TaskCancelled', headers: { 'event-type': 'TaskCancelled', 'event-version': '1' } });
   });

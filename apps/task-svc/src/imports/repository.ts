@@ -100,8 +100,8 @@ export interface BatchWrite {
   readonly from: number;
   /** The batch's distinct tasks, each with its id and number drawn. */
   readonly tasks: readonly CreatedTask[];
-  /** Every task's TaskCreated outbox row, as one JSON array; only the created tasks' are appended. */
-  readonly outbox: { readonly rows: string; readonly channel: string };
+  /** Every task's TaskCreated outbox row (`serializeOutboxRows`); only the created tasks' are appended. */
+  readonly outbox: { readonly rows: Buffer; readonly channel: string };
   readonly progress: Progress;
   readonly leaseExpiresAt: Date;
   readonly complete: boolean;
