@@ -35,6 +35,7 @@ import { importFileChunks, importLines, planImportFile, type ImportFileOptions }
 import { checkImportSummary, uploadImport, UploadKind, type ImportSummary } from '../tools/producer/src/upload';
 import { fmtRate, median, percentile, positiveInt, redactUrl, runBench, timeConsumer, type Timed } from './common';
 import { runCeiling, type CeilingRun } from './ingest/ceiling';
+import { CpuColumn, cpuTargets, withCpu, type CpuTargets } from './ingest/cpu';
 import { sampleRss, type RssSeries } from './ingest/rss';
 import { prepareStrategies, runStrategy, seedFigures, Strategy, strategyLabels, strategyWorkload, type StrategyRun } from './ingest/strategies';
 
@@ -110,6 +111,10 @@ const fmtX = (n: number) => (Number.isFinite(n) ? `${n.toFixed(2)}x` : 'n/a');
 const fmtMs = (n: number) => (Number.isFinite(n) ? (n >= 100 ? n.toFixed(0) : n.toFixed(1)) : 'n/a');
 const mb = (bytes: number) => (Number.isFinite(bytes) ? `${(bytes / 1024 / 1024).toFixed(0)} MB` : 'n/a');
 const range = (xs: readonly number[]) => (xs.length > 0 ? `${fmtRate(Math.min(...xs))}–${fmtRate(Math.max(...xs))}` : 'n/a');
+const CPU_COLUMNS = ['taskSvc', 'postgres', 'kafka', 'driver', 'other'] as const;
+/** CPU ms per 1,000 lines by process (n/a: not measured), and the machine's busy total. */
+const cpuLine = (cpu: Partial<Record<CpuColumn, number>> & { readonly busy: number }, lines: number) =>
+  [...CPU_COLUMNS.map((c) => `${CpuColumn[c]} ${cpu[c] === undefined ? 'n/a' : fmtMs((cpu[c] * 1000) / lines)}`), `machine ${fmtMs((cpu.busy * 1000) / lines)}`].join(', ');
 const dbUrl = (name: string) => {
   const u = new URL(PG_URL);
   u.pathname = `/${name}`;
@@ -385,7 +390,9 @@ async function main(): Promise<number> {
   let failed: string | undefined;
   let task: ServiceProcess | undefined;
   let taskDb: pg.Pool | undefined;
-  const importRounds: { endpoint: EndpointRun; ceiling: CeilingRun; ratio: number }[] = [];
+  type CpuMs = Awaited<ReturnType<typeof withCpu>>['cpu'];
+  const importRounds: { endpoint: EndpointRun; ceiling: CeilingRun; ratio: number; cpu: { endpoint: CpuMs; ceiling: CpuMs } }[] = [];
+  let cpuFound: CpuTargets = {};
   let rss: { series: RssSeries; summary: ImportSummary; ms: number } | undefined;
   const prelabelRounds: { raw: Timed; label: LabelSvcRun; ratio: number; work: PrelabelWork }[] = [];
   const strategyRuns: StrategyRun[] = [];
@@ -424,7 +431,8 @@ async function main(): Promise<number> {
       await buildServices();
       task = await startTaskSvc(env);
       taskDb = new pg.Pool({ connectionString: dbUrl(`${DB_PREFIX}_task`), max: 1 });
-      progress(`task-svc pid ${task.child.pid} at ${task.url}`);
+      cpuFound = cpuTargets(task.child.pid, PG_URL, BROKERS);
+      progress(`task-svc pid ${task.child.pid} at ${task.url}; CPU accounted for ${Object.entries(cpuFound).filter(([, t]) => t !== undefined).map(([k]) => CpuColumn[k as keyof typeof CpuColumn]).join(', ')}, this process and the rest of the machine`);
     }
     if (runs('import') && task && taskDb) {
       const ceilingDb = `${DB_PREFIX}_ceiling`;
@@ -440,17 +448,19 @@ async function main(): Promise<number> {
         for (let round = 1; round <= ROUNDS; round++) {
           const file: ImportFileOptions = { lines: ROWS, repeat: REPEAT, bad: 0, seed: SEED + round, tag: `r${round}-${RUN_ID}` };
           const plan = planImportFile(file);
-          const endpoint = await runEndpoint(task, file, taskDb);
-          const ceiling = await runCeiling(ceilingPool, randomUUID(), file, BATCH, 6);
+          // The endpoint's window runs until the relay has published the import's events: their CPU is the import's.
+          const { result: endpoint, cpu: endpointCpu } = await withCpu(cpuFound, () => runEndpoint(task as ServiceProcess, file, taskDb as pg.Pool));
+          const { result: ceiling, cpu: ceilingCpu } = await withCpu(cpuFound, () => runCeiling(ceilingPool, randomUUID(), file, BATCH, 6));
           if (ceiling.created !== plan.distinct) problems.push(`ceiling round ${round}: ${ceiling.created} rows created, expected ${plan.distinct}`);
           problems.push(...endpoint.problems.map((p) => `endpoint round ${round}: ${p}`));
           const eRate = (ROWS / endpoint.ms) * 1000;
           const cRate = (ROWS / ceiling.ms) * 1000;
-          importRounds.push({ endpoint, ceiling, ratio: eRate / cRate });
+          importRounds.push({ endpoint, ceiling, ratio: eRate / cRate, cpu: { endpoint: endpointCpu, ceiling: ceilingCpu } });
           progress(
             `  import round ${round}: endpoint ${fmtRate(eRate)} rows/s (${(endpoint.ms / 1000).toFixed(1)} s, ${endpoint.batches} batches, p99 ≤ ${fmtMs(endpoint.p99BatchMsBound)} ms, relay done ${fmtMs(endpoint.relayLagMs)} ms later)  ` +
               `ceiling ${fmtRate(cRate)} rows/s (${(ceiling.ms / 1000).toFixed(1)} s, p99 ${fmtMs(percentile([...ceiling.batchMs].sort((a, b) => a - b), 99))} ms)  ratio ${fmtX(eRate / cRate)}`,
           );
+          progress(`    CPU ms per 1,000 lines, endpoint: ${cpuLine(endpointCpu, ROWS)}; ceiling: ${cpuLine(ceilingCpu, ROWS)}`);
         }
       } finally {
         await ceilingPool.end();
@@ -516,6 +526,18 @@ async function main(): Promise<number> {
       '|---|---:|---:|---:|---:|---|---|',
       `| Ceiling: \`INSERT … SELECT unnest(…) ON CONFLICT DO NOTHING\`, ${BATCH} rows per statement, no HTTP, no outbox | ${fmtRate(median(c))} | ${range(c)} | 1.00x | ${fmtMs(percentile(cBatches, 99))} ms | ceiling | — |`,
       `| task-svc \`POST /projects/:id/tasks/import\` (streamed NDJSON, batches with outbox) | ${fmtRate(median(e))} | ${range(e)} | ${fmtX(importRatio)} | ≤ ${fmtMs(Math.max(...importRounds.map((r) => r.endpoint.p99BatchMsBound)))} ms | ≥ ${IMPORT_TARGET}x | ${met(importRatio >= IMPORT_TARGET)} |`,
+      '',
+      `CPU ms per 1,000 lines (median of ${importRounds.length}; the endpoint's window lasts until task-svc's relay has published the import's events; n/a: not a local process):`,
+      '',
+      `| Contender | ${CPU_COLUMNS.map((c) => CpuColumn[c]).join(' | ')} | machine busy |`,
+      `|---|${CPU_COLUMNS.map(() => '---:').join('|')}|---:|`,
+      ...(['ceiling', 'endpoint'] as const).map((side) => {
+        const perK = (pick: (cpu: CpuMs) => number | undefined) => {
+          const xs = importRounds.map((r) => pick(r.cpu[side])).filter((x): x is number => x !== undefined);
+          return xs.length === importRounds.length ? fmtMs((median(xs) * 1000) / ROWS) : 'n/a';
+        };
+        return `| ${side === 'ceiling' ? 'Ceiling' : 'task-svc endpoint'} | ${CPU_COLUMNS.map((c) => perK((cpu) => cpu[c])).join(' | ')} | ${perK((cpu) => cpu.busy)} |`;
+      }),
       '',
     );
   }
@@ -592,6 +614,7 @@ async function main(): Promise<number> {
           endpoint: { rowsPerSec: (ROWS / r.endpoint.ms) * 1000, ms: r.endpoint.ms, relayLagMs: r.endpoint.relayLagMs, batches: r.endpoint.batches, p99BatchMsBucketBound: r.endpoint.p99BatchMsBound, summary: { ...r.endpoint.summary, errors: r.endpoint.summary.errors.length } },
           ceiling: { rowsPerSec: (ROWS / r.ceiling.ms) * 1000, ms: r.ceiling.ms, created: r.ceiling.created, batches: r.ceiling.batchMs.length, p99BatchMs: percentile([...r.ceiling.batchMs].sort((a, b) => a - b), 99) },
           ratio: r.ratio,
+          cpuMs: r.cpu,
         })),
         rss: rss ? { before: rss.series.before, peak: rss.series.peak, after: rss.series.after, ms: rss.ms, samples: rss.series.samples, targetBytes: RSS_TARGET_BYTES } : null,
         prelabels: prelabelRounds.map((r) => ({ raw: { eventsPerSec: (r.work.total / r.raw.ms) * 1000, ...r.raw }, labelSvc: { eventsPerSec: (r.work.total / r.label.timed.ms) * 1000, ...r.label.timed, outcomes: r.label.outcomes }, ratio: r.ratio })),
