@@ -5,6 +5,8 @@
 //   npm run bench:ingest -- --rows 20000 --rss-lines 100000 --prelabel-events 5000 --strategy-items 5000   (quick)
 // Env: KAFKA_BROKERS (default 127.0.0.1:9092), PG_URL (default postgres://postgres@127.0.0.1:5432/postgres),
 // REDIS_URL (default redis://127.0.0.1:6379), LOG_LEVEL (default warn, the in-process service's logs).
+// The import section also accounts CPU per 1,000 lines by process (task-svc, PostgreSQL, Kafka, this
+// process, the rest of the machine: bench/ingest/cpu.ts), for the endpoint and the ceiling.
 // Starts what it needs itself: builds the services (scripts/build.mjs) and runs task-svc as a process
 // on a fresh database and topic prefix, label-svc in process (buildService) on a fresh database per
 // round. Everything it creates is removed at the end: databases lf_bench_ingest_<run id>_*, topics
