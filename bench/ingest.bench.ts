@@ -185,8 +185,9 @@ async function relayCaughtUp(taskDb: pg.Pool): Promise<number> {
 /**
  * Vacuums task-svc's tables once the endpoint's work is over, so that the ceiling runs on a quiet
  * machine: each published mark leaves a dead row version, and autovacuum (or, where it is off, as
- * on our machine, task-svc's own table upkeep) would otherwise clean them up while the ceiling runs,
- * slowing it and flattering the ratio. The time and CPU are reported as the endpoint's upkeep.
+ * on our machine, task-svc's own table upkeep when its interval comes round) could otherwise clean
+ * them up while the ceiling runs, slowing it and flattering the ratio. The time and CPU are
+ * reported as the endpoint's upkeep.
  */
 async function vacuumTaskTables(taskDb: pg.Pool): Promise<number> {
   const t0 = performance.now();
