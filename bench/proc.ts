@@ -125,3 +125,26 @@ export function localPort(url: string, defaultPort: number): number | undefined 
     return undefined;
   }
 }
+
+/** A process's CPU at one reading, with its start time to tell it from a later process given the same pid. */
+export interface ProcessTicks {
+  readonly start: number;
+  readonly ticks: number;
+}
+
+/**
+ * CPU clock ticks of a process tree's members between two readings (pid → start, own ticks):
+ * `live` per member alive at the second (a new one counted whole), and `endedBefore`, what the
+ * members gone by the second had used at the first. A child that ended is in its parent's
+ * cutime with its whole life, so `endedBefore` is what to take off that.
+ */
+export function treeDelta(a: ReadonlyMap<number, ProcessTicks>, b: ReadonlyMap<number, ProcessTicks>): { live: Map<number, number>; endedBefore: number } {
+  const live = new Map<number, number>();
+  for (const [pid, now] of b) {
+    const was = a.get(pid);
+    live.set(pid, now.ticks - (was && was.start === now.start ? was.ticks : 0));
+  }
+  let endedBefore = 0;
+  for (const [pid, was] of a) if (b.get(pid)?.start !== was.start) endedBefore += was.ticks;
+  return { live, endedBefore };
+}

@@ -35,7 +35,7 @@ import { adminOf, castFor, client, devSigner, runScenario, Scenario, type Actor,
 // Not exported by the producer's index: imported from its module file.
 import { startDuplicator, type Duplicator } from '../tools/producer/src/duplicator';
 import { machineCpu, percentile, runBench, sleep } from './common';
-import { allStats, CLK_TCK, cmdline, listenerPid, localPort, pgrep, readStat, ticksToMs } from './proc';
+import { allStats, CLK_TCK, cmdline, listenerPid, localPort, pgrep, readStat, ticksToMs, treeDelta } from './proc';
 
 const { values: args } = parseArgs({
   options: {
@@ -291,12 +291,9 @@ function cpuDelta(a: Snapshot, b: Snapshot): CpuDelta {
   }
   ms.driver = (b.driverUs - a.driverUs) / 1000;
   const pgMs: Record<PgClass, number> = { 'service-db backends': 0, 'other backends': 0, background: 0, 'exited children': ticksToMs(b.pgExited - a.pgExited) };
-  for (const [pid, p] of b.pg) {
-    const was = a.pg.get(pid);
-    pgMs[p.cls] += ticksToMs(p.ticks - (was && was.start === p.start ? was.ticks : 0));
-  }
-  // A child that ended in the window is in the postmaster's cutime with its whole life: take off what it had used before.
-  for (const [pid, was] of a.pg) if (b.pg.get(pid)?.start !== was.start) pgMs['exited children'] -= ticksToMs(was.ticks);
+  const { live, endedBefore } = treeDelta(a.pg, b.pg);
+  for (const [pid, ticks] of live) pgMs[b.pg.get(pid)?.cls ?? 'background'] += ticksToMs(ticks);
+  pgMs['exited children'] -= ticksToMs(endedBefore);
   return {
     ms,
     pgMs,

@@ -4,7 +4,7 @@
 // of both contenders swing by ±15 % from run to run; the CPU each spends per 1,000 lines moves far
 // less, and says which process an optimisation saved.
 import { machineCpu } from '../common';
-import { allStats, cmdline, listenerPid, localPort, readStat, ticksToMs, type ProcStat } from '../proc';
+import { allStats, cmdline, listenerPid, localPort, readStat, ticksToMs, treeDelta, type ProcessTicks, type ProcStat } from '../proc';
 
 export const CpuColumn = { taskSvc: 'task-svc', postgres: 'PostgreSQL', kafka: 'Kafka', driver: 'bench process', other: 'other' } as const;
 export type CpuColumn = keyof typeof CpuColumn;
@@ -32,7 +32,7 @@ export interface CpuSnapshot {
   readonly taskSvc?: number;
   readonly postmaster?: number;
   /** PostgreSQL's live children: pid → (start, ticks), to tell a backend that ended from one that began. */
-  readonly pgChildren: ReadonlyMap<number, { readonly start: number; readonly ticks: number }>;
+  readonly pgChildren: ReadonlyMap<number, ProcessTicks>;
   readonly kafka?: number;
   readonly driverUs: number;
   readonly machineBusy: number;
@@ -46,7 +46,7 @@ const ticksOf = (stats: ReadonlyMap<number, ProcStat>, t: ProcStat | undefined, 
 
 export function cpuSnapshot(targets: CpuTargets): CpuSnapshot {
   const stats = allStats();
-  const pgChildren = new Map<number, { start: number; ticks: number }>();
+  const pgChildren = new Map<number, ProcessTicks>();
   if (targets.postmaster) for (const s of stats.values()) if (s.ppid === targets.postmaster.pid) pgChildren.set(s.pid, { start: s.start, ticks: s.own });
   const cpu = process.cpuUsage();
   return {
@@ -64,12 +64,9 @@ export function cpuBetween(a: CpuSnapshot, b: CpuSnapshot): Partial<Record<CpuCo
   const diff = (x: number | undefined, y: number | undefined) => (x === undefined || y === undefined ? undefined : ticksToMs(y - x));
   let postgres = diff(a.postmaster, b.postmaster);
   if (postgres !== undefined) {
-    for (const [pid, c] of b.pgChildren) {
-      const was = a.pgChildren.get(pid);
-      postgres += ticksToMs(c.ticks - (was && was.start === c.start ? was.ticks : 0));
-    }
-    // A child that ended in the window is in the postmaster's cutime with its whole life: take off what it had used before.
-    for (const [pid, was] of a.pgChildren) if (b.pgChildren.get(pid)?.start !== was.start) postgres -= ticksToMs(was.ticks);
+    const { live, endedBefore } = treeDelta(a.pgChildren, b.pgChildren);
+    for (const ticks of live.values()) postgres += ticksToMs(ticks);
+    postgres -= ticksToMs(endedBefore);
   }
   const out: Partial<Record<CpuColumn, number>> = {
     taskSvc: diff(a.taskSvc, b.taskSvc),
