@@ -27,6 +27,7 @@ import { Kafka, logLevel, Partitioners, type Admin } from 'kafkajs';
 import pg from 'pg';
 import { buildPrelabelProposed, inputTopicName, prelabelMessage } from '@labelflow/contracts';
 import { composeSnowflake } from '@labelflow/idgen';
+import { countPendingSql } from '@labelflow/outbox';
 import { buildService, loadConfig, migrate, type BuiltService } from '@labelflow/service-kit';
 import { createLogger, type Logger } from '@labelflow/telemetry';
 import { ADMIN, as, authEnv, buildServices, startServiceProcess, tokenFor, type ServiceProcess } from '@labelflow/testing';
@@ -175,7 +176,7 @@ interface EndpointRun {
 async function relayCaughtUp(taskDb: pg.Pool): Promise<number> {
   const t0 = performance.now();
   for (;;) {
-    const { rows } = await taskDb.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL AND failed_at IS NULL');
+    const { rows } = await taskDb.query<{ n: number }>(countPendingSql);
     if (rows[0]?.n === 0) return performance.now() - t0;
     if (performance.now() - t0 > TIMEOUT_MS) throw new Error(`task-svc's relay left ${rows[0]?.n} outbox rows unpublished ${TIMEOUT_MS} ms after the import answered`);
     await new Promise((resolve) => setTimeout(resolve, 50));

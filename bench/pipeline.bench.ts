@@ -28,7 +28,7 @@ import { LabelSubmitted, TopicSchemas, topicName, type DomainEvent } from '@labe
 import { createDedupGate, inboxReader } from '@labelflow/dedup';
 import { composeSnowflake } from '@labelflow/idgen';
 import { createConsumerLoop, createKafka, createPublisher, EVENT_TYPE_HEADER } from '@labelflow/messaging';
-import { createOutboxRelay } from '@labelflow/outbox';
+import { countPendingSql, createOutboxRelay } from '@labelflow/outbox';
 import {
   createEmitter,
   createExactlyOnce,
@@ -415,7 +415,7 @@ async function verifyPipeline(pool: pg.Pool, prefix: string, workload: Workload,
     U,
   );
   expect('distinct causation ids in the outbox', await one(`SELECT count(DISTINCT payload->>'causationId')::int AS n FROM outbox`), U);
-  expect('unpublished outbox rows', await one('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL'), U);
+  expect('unpublished outbox rows', await one(countPendingSql), U);
   expect('inbox rows', await one('SELECT count(*)::int AS n FROM inbox'), U);
   expect("outcome 'applied'", outcomes.applied ?? 0, U);
   expect("outcome 'duplicate'", outcomes.duplicate ?? 0, workload.duplicates);
@@ -472,7 +472,7 @@ async function runRelay(env: Env, run: PipelineRun, rows: number, qaTopic: strin
   }
   const cpu = process.cpuUsage(cpu0);
   const m1 = machineCpu();
-  const pending = (await run.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0]?.n;
+  const pending = (await run.pool.query<{ n: number }>(countPendingSql)).rows[0]?.n;
   if (pending !== 0) problems.push(`${pending} outbox rows still unpublished`);
   const onTopic = (await topicMessages(env.admin, qaTopic)) - before;
   if (onTopic !== rows) problems.push(`${onTopic} messages reached ${qaTopic} for ${rows} rows`);

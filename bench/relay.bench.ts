@@ -17,7 +17,7 @@ import pg from 'pg';
 import { Producer, stringSerializers, type MessageToProduce } from '@platformatic/kafka';
 import type { Admin } from 'kafkajs';
 import { createKafka, createPublisher, type KafkaPublisher } from '@labelflow/messaging';
-import { createOutboxRelay, outboxMigrationSql, type Publisher } from '@labelflow/outbox';
+import { countPendingSql, createOutboxRelay, outboxMigrationSql, type Publisher } from '@labelflow/outbox';
 import { createLogger, createMetrics } from '@labelflow/telemetry';
 import { fmtRate, median, positiveInt, redactUrl, runBench, sleep } from './common';
 
@@ -315,13 +315,13 @@ async function main(): Promise<number> {
         await relay.close();
       }
     };
-    const pendingRows = async () => (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0]?.n ?? -1;
+    const pendingRows = async () => (await pool.query<{ n: number }>(countPendingSql)).rows[0]?.n ?? -1;
 
     const specs: Spec[] = [
       {
         id: 'relay',
         contender: 'Outbox relay (createOutboxRelay)',
-        what: `SELECT from the outbox, createPublisher().send (@platformatic/kafka, acks=all, idempotent), UPDATE published_at; batchSize ${B}, other options default`,
+        what: `SELECT from the outbox, createPublisher().send (@platformatic/kafka, acks=all, idempotent), DELETE FROM outbox_pending; batchSize ${B}, other options default`,
         prepare: async (messages, tag) => {
           const names = await topicsFor(tag, 'relay');
           await fill(messages, names);

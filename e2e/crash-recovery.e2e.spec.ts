@@ -21,8 +21,8 @@ describe('a service killed between committing and publishing', () => {
     const { signal } = await stack.processes['billing-svc'].exited;
     expect(signal).toBe('SIGKILL');
     const billingDb = stack.databases['billing-svc'];
-    const pending = await queryRows<{ event_type: string; published_at: Date | null }>(billingDb, 'SELECT event_type, published_at FROM outbox');
-    expect(pending).toEqual([{ event_type: 'BillingCompleted', published_at: null }]);
+    const pending = await queryRows<{ event_type: string; pending: boolean }>(billingDb, 'SELECT event_type, EXISTS (SELECT 1 FROM outbox_pending p WHERE p.id = o.id) AS pending FROM outbox o');
+    expect(pending).toEqual([{ event_type: 'BillingCompleted', pending: true }]);
     // task-svc reads QaPassed on its own, whenever billing-svc died.
     await eventually(async () => expect(await taskStatusIs(stack, taskId)).toBe('approved'));
 

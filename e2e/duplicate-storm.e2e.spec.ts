@@ -27,8 +27,8 @@ describe('a duplicate storm', () => {
       const messages = await readAll(infra.kafkaBrokers, topic);
       await produceRaw(infra.kafkaBrokers, topic, messages.map((m) => ({ key: m.key?.toString() ?? null, value: m.value, headers: m.headers ?? {} })));
     }
-    // 2. Re-sent by the outbox relays: every row marked unpublished again.
-    for (const name of serviceNames) await queryRows(stack.databases[name], 'UPDATE outbox SET published_at = NULL');
+    // 2. Re-sent by the outbox relays: every row listed as pending again.
+    for (const name of serviceNames) await queryRows(stack.databases[name], 'INSERT INTO outbox_pending (id) SELECT id FROM outbox WHERE failed_at IS NULL ON CONFLICT DO NOTHING');
     await stack.quiesce();
     for (const name of ['task-svc', 'label-svc', 'qa-svc'] as const) {
       expect(metricValue(await stack.metrics(name), 'dedup_duplicates_total', { tier: 'redis' }), `${name} redis-tier duplicates`).toBeGreaterThan(0);

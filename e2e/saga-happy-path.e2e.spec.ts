@@ -50,7 +50,7 @@ describe('the annotation saga on the happy path', () => {
     const completed = await queryRows<{ n: string }>(stack.databases['task-svc'], `SELECT count(*) AS n FROM outbox WHERE event_type = 'TaskCompleted'`);
     expect(Number(completed[0]!.n)).toBe(tasks.length);
     await eventually(async () => {
-      const unpublished = await queryRows<{ n: string }>(stack.databases['task-svc'], 'SELECT count(*) AS n FROM outbox WHERE published_at IS NULL');
+      const unpublished = await queryRows<{ n: string }>(stack.databases['task-svc'], 'SELECT count(*) AS n FROM outbox_pending');
       expect(Number(unpublished[0]!.n)).toBe(0);
     });
     await expectAuditClean(stack, inject('infra').kafkaBrokers);

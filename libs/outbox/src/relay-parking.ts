@@ -9,8 +9,6 @@ export interface SendApartDeps {
   readonly send: (rows: readonly Pending[]) => Promise<void>;
   /** Whether the relay may still send: it holds the lock and is not closing. */
   readonly leading: () => boolean;
-  /** Whether rows can be parked (the failed_at column exists), looking again if it did not. */
-  readonly parkable: () => Promise<boolean>;
 }
 
 /**
@@ -48,10 +46,6 @@ export async function sendApart(deps: SendApartDeps, rows: readonly Pending[], r
     const [row] = live;
     if (!row) return;
     const detail = { outboxId: row.id, topic: row.message.topic, key: row.message.key, bytes: row.bytes, err: refused };
-    if (!(await deps.parkable())) {
-      logger.error(detail, 'outbox row too large for its topic, and the outbox table has no failed_at column to park it (apply outboxFailedRowsMigrationSql): the relay retries it and everything behind it waits');
-      throw refused;
-    }
     await marks.park(live, FailReason.tooLarge, `too large for topic ${row.message.topic} (${row.bytes} bytes counted): ${(refused as Error).message}`);
     parkedKeys.add(row.message.key);
     logger.error(detail, 'outbox row too large for its topic; parked (failed_at set), later rows of its key are held behind it');

@@ -22,52 +22,50 @@ export interface ReadRow {
 export const FailReason = { tooLarge: 'too_large', held: 'held' } as const;
 export type FailReason = (typeof FailReason)[keyof typeof FailReason];
 
-const open = (parkable: boolean, t = '') => (parkable ? `${t}published_at IS NULL AND ${t}failed_at IS NULL` : `${t}published_at IS NULL`);
-
 /**
- * One statement, one snapshot. `head` walks the pending rows from the lowest id, as a relay that
- * re-reads from the start would, but narrowly (ids and sizes only), skipping the rows whose mark
- * is under way ($4), and at most `outstanding + limit` of them: the rows at or below the cursor
- * are this drain's own outstanding rows plus any row that committed after the cursor passed it
- * (`behind` counts both). The rows after the cursor are cut once those before one already hold
- * `maxBatchBytes` (the stored size for small payloads, the JSON text's size for large ones,
- * which are stored compressed), and only the rows kept are fetched whole. Each says whether an
- * earlier row of its key is parked. `parkable`: the table has the failed_at column.
+ * One statement, one snapshot. `head` walks the pending ids (outbox_pending) from the lowest, as
+ * a relay that re-reads from the start would, but narrowly (ids and sizes only), skipping the rows
+ * whose mark is under way ($4), and at most `outstanding + limit` of them: the rows at or below
+ * the cursor are this drain's own outstanding rows plus any row that committed after the cursor
+ * passed it (`behind` counts both). The rows after the cursor are cut once those before one
+ * already hold `maxBatchBytes` (the stored size for small payloads, the JSON text's size for large
+ * ones, which are stored compressed), and only the rows kept are fetched whole. Each says whether
+ * an earlier row of its key is parked. Each pending id is looked up in the outbox by its primary
+ * key (a lateral join: a plain one was planned as a hash join over the whole outbox).
  * $1 cursor, $2 maxBatchBytes, $3 outstanding + limit, $4 ids being marked.
  */
-export const readSql = (parkable: boolean) => `
+export const readSql = `
 WITH head AS MATERIALIZED (
-  SELECT id, CASE WHEN id <= $1 THEN 0
-                  WHEN pg_column_size(payload) > 2000 THEN octet_length(payload::text)
-                  ELSE pg_column_size(payload) END AS size
-  FROM outbox WHERE ${open(parkable)} AND NOT (id = ANY($4::bigint[])) ORDER BY id LIMIT $3
+  SELECT p.id, CASE WHEN p.id <= $1 THEN 0
+                    WHEN pg_column_size(o.payload) > 2000 THEN octet_length(o.payload::text)
+                    ELSE pg_column_size(o.payload) END AS size
+  FROM (SELECT id FROM outbox_pending WHERE NOT (id = ANY($4::bigint[])) ORDER BY id LIMIT $3) p
+  CROSS JOIN LATERAL (SELECT payload FROM outbox WHERE outbox.id = p.id) o
 ), fresh AS MATERIALIZED (
   SELECT id, sum(size) OVER (ORDER BY id) - size AS bytes_before FROM head WHERE id > $1
 ), cut AS MATERIALIZED (
   SELECT (SELECT count(*) FROM head WHERE id <= $1)::int AS behind,
          (SELECT count(*) FROM fresh)::int AS fetched,
          (SELECT max(id) FROM fresh WHERE bytes_before < $2) AS last,
-         ${parkable ? 'EXISTS (SELECT 1 FROM outbox WHERE failed_at IS NOT NULL)' : 'false'} AS any_parked
+         EXISTS (SELECT 1 FROM outbox WHERE failed_at IS NOT NULL) AS any_parked
 )
 SELECT o.id, o.topic, o.message_key, o.payload::text AS payload, o.headers,
-       ${parkable ? '(SELECT any_parked FROM cut) AND EXISTS (SELECT 1 FROM outbox f WHERE f.failed_at IS NOT NULL AND f.message_key = o.message_key AND f.id < o.id)' : 'false'} AS held,
+       (SELECT any_parked FROM cut) AND EXISTS (SELECT 1 FROM outbox f WHERE f.failed_at IS NOT NULL AND f.message_key = o.message_key AND f.id < o.id) AS held,
        (SELECT fetched FROM cut) AS fetched, (SELECT behind FROM cut) AS behind
-FROM outbox o
-WHERE o.id > $1 AND o.id <= (SELECT last FROM cut) AND ${open(parkable, 'o.')}
-ORDER BY o.id`;
+FROM fresh h CROSS JOIN LATERAL (SELECT * FROM outbox WHERE outbox.id = h.id) o
+WHERE h.id <= (SELECT last FROM cut)
+ORDER BY h.id`;
 
-/** Whether the table has the failed_at column (outboxFailedRowsMigrationSql), without which no row can be parked. */
-export async function hasFailedColumn(pool: pg.Pool): Promise<boolean> {
-  const { rows } = await pool.query<{ ok: boolean }>(
-    `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('outbox') AND attname = 'failed_at' AND NOT attisdropped) AS ok`,
-  );
+/** Whether the outbox has its pending-rows list (outboxPendingMigrationSql), which the relay reads and marks. */
+export async function hasPendingTable(pool: pg.Pool): Promise<boolean> {
+  const { rows } = await pool.query<{ ok: boolean }>(`SELECT to_regclass('outbox_pending') IS NOT NULL AS ok`);
   return rows[0]?.ok === true;
 }
 
 export interface RowMarks {
-  /** Sets published_at: the rows were acknowledged by Kafka. */
+  /** Takes the rows off the pending list: Kafka acknowledged them. */
   markPublished(rows: readonly Pending[]): Promise<void>;
-  /** Sets failed_at: the relay gives up on the rows, for `reason`. */
+  /** Sets failed_at and takes the rows off the pending list: the relay gives up on them, for `reason`. */
   park(rows: readonly Pending[], reason: FailReason, failure: string): Promise<void>;
   /** Parks rows that an earlier parked row of their key holds back. */
   parkHeld(rows: readonly Pending[]): Promise<void>;
@@ -79,13 +77,17 @@ export function createRowMarks({ pool, logger, metrics }: { readonly pool: pg.Po
   const parked = metrics?.counter('outbox_failed_total', 'Outbox rows given up on (failed_at set): too_large for their topic, or held behind such a row of the same key', ['reason']);
 
   const park: RowMarks['park'] = async (rows, reason, failure) => {
-    await pool.query('UPDATE outbox SET failed_at = now(), failure = $2 WHERE id = ANY($1::bigint[])', [pgArray(rows.map((r) => r.id)), failure.slice(0, 2000)]);
+    await pool.query(
+      `WITH parked AS (UPDATE outbox SET failed_at = now(), failure = $2 WHERE id = ANY($1::bigint[]))
+       DELETE FROM outbox_pending WHERE id = ANY($1::bigint[])`,
+      [pgArray(rows.map((r) => r.id)), failure.slice(0, 2000)],
+    );
     parked?.inc({ reason }, rows.length);
   };
 
   return {
     async markPublished(rows) {
-      await pool.query('UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])', [pgArray(rows.map((r) => r.id))]);
+      await pool.query('DELETE FROM outbox_pending WHERE id = ANY($1::bigint[])', [pgArray(rows.map((r) => r.id))]);
       published?.inc(rows.length);
     },
     park,

@@ -3,7 +3,21 @@ import pg from 'pg';
 import { createKafka, createPublisher, ensureTopics, type KafkaPublisher } from '@labelflow/messaging';
 import { createMetrics } from '@labelflow/telemetry';
 import { captureLogs, createTestDatabase, eventually, metricValue, readAll, readTopic, uniqueName, createTestPool } from '@labelflow/testing';
-import { createOutboxRelay, DEFAULT_MAX_BATCH_BYTES, enqueue, outboxFailedRowsMigrationSql, outboxLeanRowsMigrationSql, outboxMigrationSql, outboxTableSql, sizeOf, type OutboxRelay, type PublishedMessage, type Publisher } from './index';
+import {
+  countPendingSql,
+  createOutboxRelay,
+  DEFAULT_MAX_BATCH_BYTES,
+  enqueue,
+  outboxFailedRowsMigrationSql,
+  outboxLeanRowsMigrationSql,
+  outboxMigrationSql,
+  outboxPendingMigrationSql,
+  outboxTableSql,
+  sizeOf,
+  type OutboxRelay,
+  type PublishedMessage,
+  type Publisher,
+} from './index';
 
 const infra = inject('infra');
 const logger = captureLogs({ service: 'outbox-test' }).logger;
@@ -146,7 +160,7 @@ describe('the outbox relay', () => {
       const seqs = read.filter((m) => m.key?.toString() === key).map((m) => (JSON.parse(m.value!.toString()) as { seq: number }).seq);
       expect(seqs).toEqual(Array.from({ length: 20 }, (_, i) => i));
     }
-    await eventually(async () => expect((await pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0].n).toBe(0));
+    await eventually(async () => expect((await pool.query(countPendingSql)).rows[0].n).toBe(0));
   });
 
   it('never publishes rows of a transaction that rolled back', async () => {
@@ -199,7 +213,7 @@ describe('the outbox relay', () => {
     await enqueue(pool, 'outbox_test', rows(topic, 'k', 2));
     const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 4);
     expect(read.map((m) => (JSON.parse(m.value!.toString()) as { seq: number }).seq)).toEqual([0, 1, 0, 1]);
-    await eventually(async () => expect((await pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0].n).toBe(0));
+    await eventually(async () => expect((await pool.query(countPendingSql)).rows[0].n).toBe(0));
   });
 
   it('keeps a standby to one lock attempt per poll interval however many NOTIFYs arrive', async () => {
@@ -302,7 +316,7 @@ describe('the outbox relay', () => {
     release();
     await closed;
     expect(sends).toBe(1);
-    const marked = await db.pool.query<{ seq: number; sent: boolean }>(`SELECT (payload->>'seq')::int AS seq, published_at IS NOT NULL AS sent FROM outbox ORDER BY id`);
+    const marked = await db.pool.query<{ seq: number; sent: boolean }>(`SELECT (payload->>'seq')::int AS seq, NOT EXISTS (SELECT 1 FROM outbox_pending p WHERE p.id = o.id) AS sent FROM outbox o ORDER BY id`);
     expect(marked.rows.filter((r) => r.sent).map((r) => r.seq)).toEqual(upTo(batchSize));
     expect(marked.rows.filter((r) => !r.sent)).toHaveLength(50 - batchSize);
     expect((await readAll(infra.kafkaBrokers, topic)).map((m) => seqOf(m.value))).toEqual(upTo(batchSize));
@@ -339,7 +353,7 @@ describe('the outbox relay', () => {
     expect(total).toBeGreaterThan(1_048_588);
     expect(batches.length).toBeGreaterThanOrEqual(3);
     for (const batch of batches) expect(batch.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(DEFAULT_MAX_BATCH_BYTES);
-    await eventually(async () => expect((await pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0].n).toBe(0));
+    await eventually(async () => expect((await pool.query(countPendingSql)).rows[0].n).toBe(0));
   });
 
   it('parks a row too large for its topic on its own, publishes the rows behind it and holds back the later rows of its key', async () => {
@@ -364,7 +378,8 @@ describe('the outbox relay', () => {
     const state = async () =>
       (
         await pool.query<{ key: string; seq: number; published: boolean; failure: string | null }>(
-          `SELECT message_key AS key, (payload->>'seq')::int AS seq, published_at IS NOT NULL AS published, failure FROM outbox WHERE message_key = 'task-big' OR failed_at IS NOT NULL ORDER BY id`,
+          `SELECT message_key AS key, (payload->>'seq')::int AS seq, failed_at IS NULL AND NOT EXISTS (SELECT 1 FROM outbox_pending p WHERE p.id = o.id) AS published, failure
+           FROM outbox o WHERE message_key = 'task-big' OR failed_at IS NOT NULL ORDER BY id`,
         )
       ).rows;
     await eventually(async () =>
@@ -383,7 +398,7 @@ describe('the outbox relay', () => {
     const after = await readTopic(infra.kafkaBrokers, topic, (m) => count(m) >= 34 && firstSeqsByKey(m)['task-c']?.includes(10) === true);
     expect(firstSeqsByKey(after)).toEqual({ ...expected, 'task-c': upTo(11) });
     await eventually(async () => expect((await state()).at(-1)).toEqual({ key: 'task-big', seq: 3, published: false, failure: expect.stringContaining('held') }));
-    await eventually(async () => expect((await pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL AND failed_at IS NULL')).rows[0].n).toBe(0));
+    await eventually(async () => expect((await pool.query(countPendingSql)).rows[0].n).toBe(0));
   });
 
   it('reads the next batch while the current one is being sent, and publishes every row once, in id order', async () => {
@@ -428,7 +443,7 @@ describe('the outbox relay', () => {
     for (const [i, key] of keys.entries()) {
       expect(read.filter((m) => m.key?.toString() === key).map((m) => seqOf(m.value))).toEqual(upTo(total).filter((seq) => seq % keys.length === i));
     }
-    await eventually(async () => expect((await db.pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0].n).toBe(0));
+    await eventually(async () => expect((await db.pool.query(countPendingSql)).rows[0].n).toBe(0));
     expect(await readAll(infra.kafkaBrokers, topic)).toHaveLength(total);
   });
 
@@ -462,20 +477,44 @@ describe('the outbox relay', () => {
     expect(read.filter((m) => m.key?.toString() === 'other').map((m) => seqOf(m.value))).toEqual(upTo(30));
   });
 
-  it('publishes from an outbox table created before the failed-rows step', async () => {
+  it('prunes published rows older than the retention once they are sent, and keeps younger and parked ones', async () => {
     const db = await freshDatabase();
-    await db.pool.query('DROP INDEX outbox_failed; ALTER TABLE outbox DROP COLUMN failed_at, DROP COLUMN failure');
     const topic = await freshTopic();
-    start({ pool: db.pool, batchSize: 7 });
-    await enqueue(db.pool, 'outbox_test', [...rows(topic, 'task-a', 20), ...rows(topic, 'task-b', 20)]);
-    const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 40);
-    for (const key of ['task-a', 'task-b']) expect(read.filter((m) => m.key?.toString() === key).map((m) => seqOf(m.value))).toEqual(upTo(20));
-    await eventually(async () => expect((await db.pool.query('SELECT count(*)::int AS n FROM outbox WHERE published_at IS NULL')).rows[0].n).toBe(0));
+    await enqueue(db.pool, 'outbox_test', [...rows(topic, 'task-a', 6), ...rows(topic, 'task-parked', 1)]);
+    await db.pool.query(`UPDATE outbox SET created_at = now() - interval '2 hours' WHERE message_key = 'task-parked' OR (payload->>'seq')::int < 3`);
+    await db.pool.query(
+      `WITH p AS (UPDATE outbox SET failed_at = now(), failure = 'test' WHERE message_key = 'task-parked') DELETE FROM outbox_pending WHERE id IN (SELECT id FROM outbox WHERE message_key = 'task-parked')`,
+    );
+    start({ pool: db.pool, retentionMs: 60 * 60_000, batchSize: 4 });
+    const left = async () =>
+      (await db.pool.query<{ key: string; seq: number }>(`SELECT message_key AS key, (payload->>'seq')::int AS seq FROM outbox ORDER BY id`)).rows.map((r) => `${r.key}:${r.seq}`);
+    await eventually(async () => expect(await left()).toEqual(['task-a:3', 'task-a:4', 'task-a:5', 'task-parked:0']));
+    expect((await readAll(infra.kafkaBrokers, topic)).map((m) => seqOf(m.value))).toEqual(upTo(6));
+  });
+
+  it('publishes nothing from an outbox table without the pending-rows step, says which step to apply, and publishes every row in order once it is', async () => {
+    const db = await freshDatabase();
+    await db.pool.query(`DROP TABLE outbox_pending; DROP TABLE outbox; ${outboxTableSql} ${outboxFailedRowsMigrationSql} ${outboxLeanRowsMigrationSql}`);
+    const topic = await freshTopic();
+    await enqueue(db.pool, 'outbox_test', rows(topic, 'task-a', 20));
+    // A row the previous relay published stays published.
+    await db.pool.query(`UPDATE outbox SET published_at = now() WHERE (payload->>'seq')::int < 5`);
+    const { logger: errors, lines } = captureLogs({ service: 'outbox-test', level: 'error' });
+    start({ pool: db.pool, batchSize: 7, logger: errors });
+    await eventually(async () => expect(lines.some((l) => String((l.err as { message?: unknown } | undefined)?.message).includes('apply outboxPendingMigrationSql'))).toBe(true));
+    await enqueue(db.pool, 'outbox_test', rows(topic, 'task-a', 20, 20));
+    expect(await readAll(infra.kafkaBrokers, topic)).toEqual([]);
+    await db.pool.query(outboxPendingMigrationSql);
+    const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 35);
+    expect(read.map((m) => seqOf(m.value))).toEqual(upTo(40).slice(5));
+    await eventually(async () => expect((await db.pool.query(countPendingSql)).rows[0].n).toBe(0));
+    const columns = await db.pool.query<{ name: string }>(`SELECT attname AS name FROM pg_attribute WHERE attrelid = 'outbox'::regclass AND attname = 'published_at' AND NOT attisdropped`);
+    expect(columns.rows).toEqual([]);
   });
 
   it('publishes the rows of a jsonb outbox written before the lean-rows step and after it, each key in order, the new ones byte for byte as written', async () => {
     const db = await freshDatabase();
-    await db.pool.query(`DROP TABLE outbox; ${outboxTableSql} ${outboxFailedRowsMigrationSql}`);
+    await db.pool.query(`DROP TABLE outbox_pending; DROP TABLE outbox; ${outboxTableSql} ${outboxFailedRowsMigrationSql}`);
     const topic = await freshTopic();
     await enqueue(db.pool, 'outbox_test', [...rows(topic, 'task-a', 10), ...rows(topic, 'task-b', 10)]);
     await db.pool.query(outboxLeanRowsMigrationSql);
@@ -485,6 +524,7 @@ describe('the outbox relay', () => {
               (SELECT count(*)::int FROM pg_index WHERE indrelid = 'outbox'::regclass AND indisunique AND NOT indisprimary) AS unique_indexes`,
     );
     expect(types.rows[0]).toEqual({ payload: 'json', headers: 'json', unique_indexes: 0 });
+    await db.pool.query(outboxPendingMigrationSql);
     const later = [...rows(topic, 'task-a', 10, 10), ...rows(topic, 'task-b', 10, 10)];
     await enqueue(db.pool, 'outbox_test', later);
     start({ pool: db.pool, batchSize: 7 });

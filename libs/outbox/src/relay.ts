@@ -4,7 +4,7 @@ import { OutboxError, OutboxErrors } from './errors';
 import { DEFAULT_MAX_BATCH_BYTES, type Pending } from './relay-batch';
 import { drain, type DrainDeps } from './relay-drain';
 import { sendApart } from './relay-parking';
-import { createRowMarks, hasFailedColumn, readSql } from './relay-rows';
+import { createRowMarks, hasPendingTable, readSql } from './relay-rows';
 import type { PublishedMessage, Publisher } from './types';
 
 export interface OutboxRelayOptions {
@@ -55,8 +55,6 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
   let running = false;
   let listener: pg.PoolClient | undefined;
   let leader = false;
-  /** Whether the table has the failed_at column (outboxFailedRowsMigrationSql); checked on taking the lead. */
-  let parkable = false;
   let pending: Wait | undefined;
   let loop: Promise<void> | undefined;
   let lastPrune = 0;
@@ -146,12 +144,11 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
     marks,
     send,
     leading,
-    parkable: async () => (parkable ||= await hasFailedColumn(pool)),
   };
   const drainDeps = (): DrainDeps => ({
     batchSize,
     maxBatchBytes,
-    sql: readSql(parkable),
+    sql: readSql,
     notifications: () => notifications,
     leading,
     rowSize,
@@ -160,10 +157,19 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
     sendApart: (rows, refusal) => sendApart(apart, rows, refusal),
   });
 
+  // Published rows older than the retention go, oldest first, a chunk at a time: the chunk is the
+  // lowest ids below the lowest pending one (every such row not parked was published), so an
+  // outbox with nothing to prune costs one short walk of the primary key, not a scan. Ids follow
+  // created_at closely enough (both are taken as a row is written) for the oldest rows to come
+  // first; a younger row among them just waits for a later prune.
   async function prune(): Promise<void> {
     if (Date.now() - lastPrune < 60_000) return;
     lastPrune = Date.now();
-    await pool.query(`DELETE FROM outbox WHERE published_at < now() - ($1::bigint * interval '1 millisecond')`, [retentionMs]);
+    for (let chunk = 0; chunk < PRUNE_CHUNKS && running; chunk++) {
+      const { rows } = await pool.query<{ seen: number; pruned: number }>(PRUNE_SQL, [retentionMs, PRUNE_CHUNK_ROWS]);
+      const { seen = 0, pruned = 0 } = rows[0] ?? {};
+      if (pruned === 0 || seen < PRUNE_CHUNK_ROWS) return;
+    }
   }
 
   async function lead(session: pg.PoolClient): Promise<boolean> {
@@ -175,7 +181,15 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
     const session = await connectListener();
     if (!leader) {
       leader = await lead(session);
-      if (leader) parkable = await hasFailedColumn(pool);
+      if (leader && !(await hasPendingTable(pool))) {
+        // The error drops the session, and the lock with it, and the loop retries with backoff:
+        // the relay starts publishing once the migration has run, without a restart.
+        throw new OutboxError(
+          OutboxErrors.SCHEMA_OUTDATED,
+          'the outbox has no outbox_pending table: apply outboxPendingMigrationSql (service-kit core migration 106); nothing is published until then',
+          { retriable: true },
+        );
+      }
     }
     if (!leader) return;
     dirty = false;
@@ -198,7 +212,8 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
         backoff = 100;
         await idle();
       } catch (error) {
-        logger.warn({ err: error, backoffMs: backoff }, 'outbox relay error; retrying');
+        const outdated = error instanceof OutboxError && error.code === OutboxErrors.SCHEMA_OUTDATED;
+        logger[outdated ? 'error' : 'warn']({ err: error, backoffMs: backoff }, 'outbox relay error; retrying');
         await dropListener();
         await wait(backoff, { wokenByNotify: false });
         backoff = Math.min(backoff * 2, 5_000);
@@ -220,6 +235,19 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
     },
   };
 }
+
+const PRUNE_CHUNK_ROWS = 5_000;
+/** At most this many chunks per prune: a long-neglected outbox is pruned over several minutes rather than in one long burst. */
+const PRUNE_CHUNKS = 20;
+const PRUNE_SQL = `
+WITH oldest AS (
+  SELECT id, created_at FROM outbox
+  WHERE id < coalesce((SELECT min(id) FROM outbox_pending), 9223372036854775807) AND failed_at IS NULL
+  ORDER BY id LIMIT $2
+), gone AS (
+  DELETE FROM outbox WHERE id IN (SELECT id FROM oldest WHERE created_at < now() - ($1::bigint * interval '1 millisecond')) RETURNING 1
+)
+SELECT (SELECT count(*) FROM oldest)::int AS seen, (SELECT count(*) FROM gone)::int AS pruned`;
 
 function hashLockKey(text: string): number {
   let h = 0;

@@ -1,7 +1,8 @@
 /**
  * The outbox table as first shipped, for a service's own migrations. Rows are written in the same
  * transaction as the state change that produced them and published afterwards by the relay, in id
- * order. A migration that already ran keeps its SQL: later steps come as steps of their own.
+ * order. A migration that already ran keeps its SQL: later steps come as steps of their own
+ * (`published_at` below is dropped by the pending-rows step).
  */
 export const outboxTableSql = `
 CREATE TABLE IF NOT EXISTS outbox (
@@ -20,7 +21,7 @@ CREATE INDEX IF NOT EXISTS outbox_published_at ON outbox (published_at) WHERE pu
 `;
 
 /**
- * Idempotent step: rows the relay gave up on. `failed_at` is set (and `published_at` stays NULL)
+ * Idempotent step: rows the relay gave up on. `failed_at` is set (and the row is not published)
  * when Kafka refuses a row as too large for its topic on its own, and for every later row of the
  * same `message_key`, which is held behind it so that a task's events never overtake each other.
  * The relay skips such rows; clearing `failed_at` hands them back to it. The index serves the
@@ -53,5 +54,70 @@ ALTER TABLE outbox ALTER COLUMN payload TYPE json USING payload::json, ALTER COL
 ALTER TABLE outbox ALTER COLUMN headers SET DEFAULT '{}'::json;
 `;
 
+/**
+ * Idempotent step: pending rows listed apart (service-kit's core version 106). A row is pending
+ * while its id is in `outbox_pending`; the relay deletes the id once Kafka acknowledged the row,
+ * and `published_at` is gone. Marking a row published used to rewrite the whole row (an UPDATE of
+ * `published_at`, never HOT: the partial indexes named it), which cost PostgreSQL about as much
+ * as writing it had; deleting an 8-byte id from a small table costs a fraction of that, leaves no
+ * dead wide rows for VACUUM, and the relay walks a table that holds only what it has to send.
+ *
+ * Triggers keep the list: each INSERT into the outbox adds its rows' ids (one statement-level
+ * trigger per INSERT, however many rows), a DELETE or TRUNCATE takes them off, and clearing a
+ * parked row's `failed_at` puts it back (the release described in the README). To publish rows
+ * again, insert their ids: `INSERT INTO outbox_pending (id) SELECT id FROM outbox WHERE … ON CONFLICT DO NOTHING`.
+ * Rows pending when the step runs are carried over; published rows are not.
+ */
+export const outboxPendingMigrationSql = `
+CREATE TABLE IF NOT EXISTS outbox_pending (id bigint PRIMARY KEY);
+
+CREATE OR REPLACE FUNCTION outbox_pending_add() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO outbox_pending (id) SELECT id FROM appended;
+  RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS outbox_pending_add ON outbox;
+CREATE TRIGGER outbox_pending_add AFTER INSERT ON outbox REFERENCING NEW TABLE AS appended
+  FOR EACH STATEMENT EXECUTE FUNCTION outbox_pending_add();
+
+CREATE OR REPLACE FUNCTION outbox_pending_forget() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM outbox_pending p USING removed r WHERE p.id = r.id;
+  RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS outbox_pending_forget ON outbox;
+CREATE TRIGGER outbox_pending_forget AFTER DELETE ON outbox REFERENCING OLD TABLE AS removed
+  FOR EACH STATEMENT EXECUTE FUNCTION outbox_pending_forget();
+
+CREATE OR REPLACE FUNCTION outbox_pending_clear() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM outbox_pending;
+  RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS outbox_pending_clear ON outbox;
+CREATE TRIGGER outbox_pending_clear AFTER TRUNCATE ON outbox FOR EACH STATEMENT EXECUTE FUNCTION outbox_pending_clear();
+
+CREATE OR REPLACE FUNCTION outbox_pending_release() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO outbox_pending (id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
+  RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS outbox_pending_release ON outbox;
+CREATE TRIGGER outbox_pending_release AFTER UPDATE OF failed_at ON outbox
+  FOR EACH ROW WHEN (OLD.failed_at IS NOT NULL AND NEW.failed_at IS NULL) EXECUTE FUNCTION outbox_pending_release();
+
+DO $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'outbox'::regclass AND attname = 'published_at' AND NOT attisdropped) THEN
+    INSERT INTO outbox_pending (id) SELECT id FROM outbox WHERE published_at IS NULL AND failed_at IS NULL ON CONFLICT DO NOTHING;
+    -- Its two partial indexes go with it.
+    ALTER TABLE outbox DROP COLUMN published_at;
+  END IF;
+END $$;
+`;
+
+/** How many rows wait for the relay (parked rows are not among them): the check a test or a tool runs for "drained". */
+export const countPendingSql = 'SELECT count(*)::int AS n FROM outbox_pending';
+
 /** The whole outbox schema in one go, for a new database: the table and every later step, each idempotent. */
-export const outboxMigrationSql = outboxTableSql + outboxFailedRowsMigrationSql + outboxLeanRowsMigrationSql;
+export const outboxMigrationSql = outboxTableSql + outboxFailedRowsMigrationSql + outboxLeanRowsMigrationSql + outboxPendingMigrationSql;

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { freshDatabase } from '@labelflow/testing';
-import { appendRowsSql, enqueue, outboxMigrationSql, serializeOutboxRows, type OutboxMessage } from './index';
+import { appendRowsSql, countPendingSql, enqueue, outboxMigrationSql, serializeOutboxRows, type OutboxMessage } from './index';
 
 const infra = inject('infra');
 const db = freshDatabase(infra.pgUrl, 'outbox_store', (pool) => pool.query(outboxMigrationSql));
@@ -49,5 +49,48 @@ describe('outbox rows sent as one Buffer parameter', () => {
   it('appends nothing for no messages', async () => {
     await pool.query(`WITH appended AS (${appendRowsSql('$1')}) SELECT count(*) FROM appended`, [serializeOutboxRows([])]);
     expect(await stored()).toEqual([]);
+  });
+});
+
+describe('the pending list (outbox_pending)', () => {
+  const ids = async (sql: string) => (await pool.query<{ id: string }>(sql)).rows.map((r) => r.id);
+  const pending = () => ids('SELECT id::text FROM outbox_pending ORDER BY id');
+  const all = () => ids('SELECT id::text FROM outbox ORDER BY id');
+
+  it('lists the rows an insert appends once it commits, and none of a transaction rolled back', async () => {
+    const tx = await pool.connect();
+    try {
+      await tx.query('BEGIN');
+      await enqueue(tx, 'outbox_store_test', [message(0), message(1)]);
+      await tx.query('ROLLBACK');
+      await tx.query('BEGIN');
+      await enqueue(tx, 'outbox_store_test', [message(2), message(3), message(4)]);
+      expect((await pool.query(countPendingSql)).rows[0].n).toBe(0);
+      await tx.query('COMMIT');
+    } finally {
+      tx.release();
+    }
+    expect(await pending()).toEqual(await all());
+    expect(await pending()).toHaveLength(3);
+  });
+
+  it('takes rows off the list when they are deleted, and empties it when the outbox is truncated', async () => {
+    await enqueue(pool, 'outbox_store_test', Array.from({ length: 6 }, (_, i) => message(i)));
+    await pool.query(`DELETE FROM outbox WHERE message_key IN ('task-1', 'task-4')`);
+    expect(await pending()).toEqual(await all());
+    expect(await pending()).toHaveLength(4);
+    await pool.query('TRUNCATE outbox');
+    expect(await pending()).toEqual([]);
+  });
+
+  it('puts a parked row back when its failed_at is cleared, and never a published row', async () => {
+    await enqueue(pool, 'outbox_store_test', [message(0), message(1), message(2)]);
+    const [published, parked, waiting] = await all();
+    await pool.query('DELETE FROM outbox_pending WHERE id = $1', [published]);
+    await pool.query(`WITH p AS (UPDATE outbox SET failed_at = now(), failure = 'test' WHERE id = $1) DELETE FROM outbox_pending WHERE id = $1`, [parked]);
+    expect(await pending()).toEqual([waiting]);
+    // The release the README describes, run over every row: only the parked one comes back.
+    await pool.query('UPDATE outbox SET failed_at = NULL, failure = NULL');
+    expect(await pending()).toEqual([parked, waiting]);
   });
 });

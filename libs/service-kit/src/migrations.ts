@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { inboxMigrationSql } from '@labelflow/dedup';
 import { idempotencyMigrationSql } from '@labelflow/idempotency';
 import { idgenLastIssuedSql, idgenMigrationSql } from '@labelflow/idgen';
-import { outboxFailedRowsMigrationSql, outboxLeanRowsMigrationSql, outboxTableSql } from '@labelflow/outbox';
+import { outboxFailedRowsMigrationSql, outboxLeanRowsMigrationSql, outboxPendingMigrationSql, outboxTableSql } from '@labelflow/outbox';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
 export interface Migration {
@@ -84,6 +84,9 @@ export const outboxFailedRowsMigration: Migration = { version: 104, name: 'outbo
 /** Outbox payloads and headers kept as the JSON text written, and no unique index on event ids. */
 export const outboxLeanRowsMigration: Migration = { version: 105, name: 'lean outbox rows', sql: outboxLeanRowsMigrationSql };
 
+/** Pending outbox rows listed in a table of their own (marking a row published deletes its id), and no published_at. */
+export const outboxPendingMigration: Migration = { version: 106, name: 'outbox pending rows', sql: outboxPendingMigrationSql };
+
 /** Every core migration, in the order services list them. */
 export const coreMigrations: readonly Migration[] = [
   coreMigration,
@@ -93,4 +96,5 @@ export const coreMigrations: readonly Migration[] = [
   idgenLastIssuedMigration,
   outboxFailedRowsMigration,
   outboxLeanRowsMigration,
+  outboxPendingMigration,
 ];

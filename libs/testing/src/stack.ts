@@ -110,7 +110,7 @@ export async function startStack(
     quiesce: async (timeoutMs = 60_000) => {
       await eventually(async () => {
         for (const name of serviceNames) {
-          const [row] = await queryRows<{ n: string }>(databases[name], 'SELECT count(*) AS n FROM outbox WHERE published_at IS NULL');
+          const [row] = await queryRows<{ n: string }>(databases[name], 'SELECT count(*) AS n FROM outbox_pending');
           if (Number(row?.n) !== 0) throw new Error(`${name} has ${row?.n} outbox rows left to publish`);
         }
         for (const name of serviceNames) {
@@ -119,7 +119,7 @@ export async function startStack(
           if (lag !== 0) throw new Error(`${name} has ${lag} messages left to consume`);
         }
         for (const name of serviceNames) {
-          const [row] = await queryRows<{ n: string }>(databases[name], 'SELECT count(*) AS n FROM outbox WHERE published_at IS NULL');
+          const [row] = await queryRows<{ n: string }>(databases[name], 'SELECT count(*) AS n FROM outbox_pending');
           if (Number(row?.n) !== 0) throw new Error(`${name} published more while the others caught up`);
         }
       }, { timeoutMs, intervalMs: 250 });

@@ -159,7 +159,8 @@ export async function findLostEvents(databases: Readonly<Record<ServiceName, str
     const inbox = {} as Record<ServiceName, { task_id: string; event_type: string; attempt: number }[]>;
     for (const name of serviceOrder) {
       outbox[name] = (
-        await c[name].query<OutboxRow>(`SELECT event_id, event_type, message_key AS task_id, (payload->>'attempt')::int AS attempt, published_at IS NOT NULL AS published FROM outbox`)
+        await c[name].query<OutboxRow>(`SELECT event_id, event_type, message_key AS task_id, (payload->>'attempt')::int AS attempt, failed_at IS NULL AND NOT EXISTS (SELECT 1 FROM outbox_pending p WHERE p.id = o.id) AS published
+           FROM outbox o`)
       ).rows;
       inbox[name] = (await c[name].query<{ task_id: string; event_type: string; attempt: number }>('SELECT task_id, event_type, attempt FROM inbox')).rows;
     }
