@@ -367,7 +367,7 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     await hold.hasEntered;
     const b = post(http, { name: name2 }, key2);
     await eventually(async () => {
-      const waiting = await pool.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO idempotency_keys%'");
+      const waiting = await pool.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO idempotency_keys%'");
       expect(waiting.rows[0].n).toBeGreaterThanOrEqual(1);
     }, { timeoutMs: 10_000, intervalMs: 25 });
     hold.release();
