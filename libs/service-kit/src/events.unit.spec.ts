@@ -96,4 +96,10 @@ describe('service-kit: createEmitter', () => {
   it('refuses to prepare an event its consumers could not read, before any transaction', async () => {
     await expect(prepare([cancelled('ops'), cancelled('a'.repeat(129))])).rejects.toMatchObject({ code: 'EVENT_INVALID' });
   });
+
+  it("checks only the first draft when told the builder's input was validated already, and refuses a first draft that is wrong", async () => {
+    const prepared = await prepare([cancelled('ops'), cancelled('a'.repeat(129))], 'import:1', { check: 'first' });
+    expect(prepared.events).toHaveLength(2);
+    await expect(prepare([cancelled('a'.repeat(129)), cancelled('ops')], 'import:1', { check: 'first' })).rejects.toMatchObject({ code: 'EVENT_INVALID' });
+  });
 });
