@@ -147,7 +147,7 @@ export async function takeSnapshot(src: Sources): Promise<Snapshot> {
 /** Each database's reads run one after the other on its connection; the databases in parallel. */
 async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
   const outbox = (service: Service) =>
-    of(service)<{ id: string; event_type: string; created_at: Date }>(`SELECT o.id, o.event_type, o.created_at FROM outbox_pending p CROSS JOIN LATERAL (SELECT * FROM outbox WHERE outbox.id = p.id) o
+    of(service)<{ id: string; event_type: string; created_at: Date }>(`SELECT o.id, o.event_type, o.created_at FROM outbox_pending p CROSS JOIN LATERAL (SELECT * FROM outbox WHERE outbox.id = p.id OFFSET 0) o
        UNION ALL SELECT id, event_type, created_at FROM outbox WHERE failed_at IS NOT NULL`).then((r) =>
       r.map((o) => ({ service: `${service}-svc`, id: o.id, eventType: o.event_type, createdAt: o.created_at })),
     );
