@@ -58,6 +58,9 @@ FROM fresh h CROSS JOIN LATERAL (SELECT * FROM outbox WHERE outbox.id = h.id OFF
 WHERE h.id <= (SELECT last FROM cut)
 ORDER BY h.id`;
 
+/** The planner settings of the relay's LISTEN session, which runs readSql (see createOutboxRelay's connectListener). */
+export const readSessionSql = 'SET enable_seqscan = off; SET enable_bitmapscan = off; SET plan_cache_mode = force_custom_plan';
+
 /** Whether the outbox has its pending-rows list (outboxPendingMigrationSql), which the relay reads and marks. */
 export async function hasPendingTable(pool: pg.Pool): Promise<boolean> {
   const { rows } = await pool.query<{ ok: boolean }>(`SELECT to_regclass('outbox_pending') IS NOT NULL AS ok`);

@@ -18,6 +18,7 @@ import {
   type PublishedMessage,
   type Publisher,
 } from './index';
+import { readSessionSql, readSql } from './relay-rows';
 
 const infra = inject('infra');
 const logger = captureLogs({ service: 'outbox-test' }).logger;
@@ -475,6 +476,28 @@ describe('the outbox relay', () => {
     const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 32);
     expect(read.filter((m) => m.key?.toString() === 'task-late').map((m) => seqOf(m.value))).toEqual([0, 1]);
     expect(read.filter((m) => m.key?.toString() === 'other').map((m) => seqOf(m.value))).toEqual(upTo(30));
+  });
+
+  it('reads the pending rows by probing each id, whatever the number of published rows kept', async () => {
+    const db = await freshDatabase();
+    const topic = await freshTopic();
+    for (let batch = 0; batch < 20; batch++) await enqueue(db.pool, 'outbox_test', rows(topic, `task-${batch}`, 1_000));
+    // Statistics taken while the backlog was pending, as they are under load (the service's upkeep
+    // analyzes now and then): then 20,000 rows kept after publishing (the retention keeps a week of
+    // them), 10 still pending. The read runs as on the relay's own session.
+    await db.pool.query('ANALYZE outbox');
+    await db.pool.query('ANALYZE outbox_pending');
+    await db.pool.query('DELETE FROM outbox_pending WHERE id NOT IN (SELECT id FROM outbox_pending ORDER BY id DESC LIMIT 10)');
+    const session = await db.pool.connect();
+    cleanups.push(async () => session.release());
+    await session.query(readSessionSql);
+    const { rows: plan } = await session.query<{ 'QUERY PLAN': [{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number; 'Actual Rows': number } }] }>(
+      `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${readSql}`.replace(/\$(\d)/g, (_, n: string) => ({ '1': '0', '2': '786432', '3': '500', '4': "'{}'" })[n] ?? ''),
+    );
+    const top = plan[0]!['QUERY PLAN'][0].Plan;
+    expect(top['Actual Rows']).toBe(10);
+    // A join over the outbox walks its 20,000 rows: well over 1,000 blocks. Ten probes take tens.
+    expect(top['Shared Hit Blocks'] + top['Shared Read Blocks']).toBeLessThan(300);
   });
 
   it('prunes published rows older than the retention once they are sent, and keeps younger and parked ones', async () => {

@@ -4,7 +4,7 @@ import { OutboxError, OutboxErrors } from './errors';
 import { DEFAULT_MAX_BATCH_BYTES, type Pending } from './relay-batch';
 import { drain, type DrainDeps } from './relay-drain';
 import { sendApart } from './relay-parking';
-import { createRowMarks, hasPendingTable, readSql } from './relay-rows';
+import { createRowMarks, hasPendingTable, readSessionSql, readSql } from './relay-rows';
 import type { PublishedMessage, Publisher } from './types';
 
 export interface OutboxRelayOptions {
@@ -108,7 +108,7 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
       // The read is a prepared statement on the services' pools (usePreparedStatements), and a
       // generic plan of it, blind to the cursor and the limit, read a third slower in bench:pipeline:
       // it is planned for its parameters every time, as an unnamed statement would be.
-      await client.query('SET enable_seqscan = off; SET enable_bitmapscan = off; SET plan_cache_mode = force_custom_plan');
+      await client.query(readSessionSql);
     } catch (error) {
       client.release(true);
       throw error;
