@@ -192,7 +192,7 @@ async function relayCaughtUp(taskDb: pg.Pool): Promise<number> {
  */
 async function vacuumTaskTables(taskDb: pg.Pool): Promise<number> {
   const t0 = performance.now();
-  await taskDb.query('VACUUM (ANALYZE) outbox, tasks, imports');
+  await taskDb.query('VACUUM (ANALYZE) outbox, outbox_pending, tasks, imports');
   return performance.now() - t0;
 }
 

@@ -360,7 +360,7 @@ async function main(): Promise<number> {
       {
         id: 'relay-db-only',
         contender: 'Relay, publisher that sends nothing (DB side)',
-        what: 'the same relay with send() resolving at once: SELECT + UPDATE alone',
+        what: 'the same relay with send() resolving at once: SELECT + DELETE of the pending ids alone',
         informational: true,
         prepare: async (messages) => {
           await fill(messages, undefined);
