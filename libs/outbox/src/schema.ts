@@ -16,8 +16,14 @@ CREATE TABLE IF NOT EXISTS outbox (
   created_at    timestamptz NOT NULL DEFAULT now(),
   published_at  timestamptz
 );
-CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
-CREATE INDEX IF NOT EXISTS outbox_published_at ON outbox (published_at) WHERE published_at IS NOT NULL;
+-- Guarded so that the whole schema can run again once the pending-rows step dropped the column.
+DO $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'outbox'::regclass AND attname = 'published_at' AND NOT attisdropped) THEN
+    CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
+    CREATE INDEX IF NOT EXISTS outbox_published_at ON outbox (published_at) WHERE published_at IS NOT NULL;
+  END IF;
+END $$;
 `;
 
 /**

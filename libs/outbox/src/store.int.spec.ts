@@ -83,6 +83,16 @@ describe('the pending list (outbox_pending)', () => {
     expect(await pending()).toEqual([]);
   });
 
+  it('runs the whole schema again on a migrated outbox without error, keeping pending what was pending', async () => {
+    await enqueue(pool, 'outbox_store_test', [message(0), message(1)]);
+    const [published, waiting] = await all();
+    await pool.query('DELETE FROM outbox_pending WHERE id = $1', [published]);
+    await pool.query(outboxMigrationSql);
+    await pool.query(outboxMigrationSql);
+    expect(await pending()).toEqual([waiting]);
+    expect(await all()).toEqual([published, waiting]);
+  });
+
   it('puts a parked row back when its failed_at is cleared, and never a published row', async () => {
     await enqueue(pool, 'outbox_store_test', [message(0), message(1), message(2)]);
     const [published, parked, waiting] = await all();
