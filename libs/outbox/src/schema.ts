@@ -60,6 +60,16 @@ ALTER TABLE outbox ALTER COLUMN payload TYPE json USING payload::json, ALTER COL
 ALTER TABLE outbox ALTER COLUMN headers SET DEFAULT '{}'::json;
 `;
 
+/** A trigger on the outbox and its function, replaced if they exist (CREATE OR REPLACE TRIGGER needs PostgreSQL 14). */
+const outboxTrigger = (name: string, body: string, when: string) => `
+CREATE OR REPLACE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  ${body}
+  RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS ${name} ON outbox;
+CREATE TRIGGER ${name} ${when} EXECUTE FUNCTION ${name}();`;
+
 /**
  * Idempotent step: pending rows listed apart (service-kit's core version 106). A row is pending
  * while its id is in `outbox_pending`; the relay deletes the id once Kafka acknowledged the row,
@@ -76,42 +86,14 @@ ALTER TABLE outbox ALTER COLUMN headers SET DEFAULT '{}'::json;
  */
 export const outboxPendingMigrationSql = `
 CREATE TABLE IF NOT EXISTS outbox_pending (id bigint PRIMARY KEY);
-
-CREATE OR REPLACE FUNCTION outbox_pending_add() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  INSERT INTO outbox_pending (id) SELECT id FROM appended;
-  RETURN NULL;
-END $$;
-DROP TRIGGER IF EXISTS outbox_pending_add ON outbox;
-CREATE TRIGGER outbox_pending_add AFTER INSERT ON outbox REFERENCING NEW TABLE AS appended
-  FOR EACH STATEMENT EXECUTE FUNCTION outbox_pending_add();
-
-CREATE OR REPLACE FUNCTION outbox_pending_forget() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  DELETE FROM outbox_pending p USING removed r WHERE p.id = r.id;
-  RETURN NULL;
-END $$;
-DROP TRIGGER IF EXISTS outbox_pending_forget ON outbox;
-CREATE TRIGGER outbox_pending_forget AFTER DELETE ON outbox REFERENCING OLD TABLE AS removed
-  FOR EACH STATEMENT EXECUTE FUNCTION outbox_pending_forget();
-
-CREATE OR REPLACE FUNCTION outbox_pending_clear() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  DELETE FROM outbox_pending;
-  RETURN NULL;
-END $$;
-DROP TRIGGER IF EXISTS outbox_pending_clear ON outbox;
-CREATE TRIGGER outbox_pending_clear AFTER TRUNCATE ON outbox FOR EACH STATEMENT EXECUTE FUNCTION outbox_pending_clear();
-
-CREATE OR REPLACE FUNCTION outbox_pending_release() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  INSERT INTO outbox_pending (id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
-  RETURN NULL;
-END $$;
-DROP TRIGGER IF EXISTS outbox_pending_release ON outbox;
-CREATE TRIGGER outbox_pending_release AFTER UPDATE OF failed_at ON outbox
-  FOR EACH ROW WHEN (OLD.failed_at IS NOT NULL AND NEW.failed_at IS NULL) EXECUTE FUNCTION outbox_pending_release();
-
+${outboxTrigger('outbox_pending_add', 'INSERT INTO outbox_pending (id) SELECT id FROM appended;', 'AFTER INSERT ON outbox REFERENCING NEW TABLE AS appended FOR EACH STATEMENT')}
+${outboxTrigger('outbox_pending_forget', 'DELETE FROM outbox_pending p USING removed r WHERE p.id = r.id;', 'AFTER DELETE ON outbox REFERENCING OLD TABLE AS removed FOR EACH STATEMENT')}
+${outboxTrigger('outbox_pending_clear', 'DELETE FROM outbox_pending;', 'AFTER TRUNCATE ON outbox FOR EACH STATEMENT')}
+${outboxTrigger(
+  'outbox_pending_release',
+  'INSERT INTO outbox_pending (id) VALUES (NEW.id) ON CONFLICT DO NOTHING;',
+  'AFTER UPDATE OF failed_at ON outbox FOR EACH ROW WHEN (OLD.failed_at IS NOT NULL AND NEW.failed_at IS NULL)',
+)}
 DO $$
 BEGIN
   IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'outbox'::regclass AND attname = 'published_at' AND NOT attisdropped) THEN
