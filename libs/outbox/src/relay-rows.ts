@@ -31,9 +31,10 @@ export type FailReason = (typeof FailReason)[keyof typeof FailReason];
  * already hold `maxBatchBytes` (the stored size for small payloads, the JSON text's size for large
  * ones, which are stored compressed), and only the rows kept are fetched whole. Each says whether
  * an earlier row of its key is parked. Only the ids after the cursor are looked up in the outbox
- * (those at or below it are only counted), by its primary key, one probe per id: `OFFSET 0` keeps each lateral subquery from being pulled up into a join,
- * which PostgreSQL planned as a hash or merge join over the whole outbox (every published row
- * kept, walked on every read: 6 ms a read at 26,000 rows, growing with the retention).
+ * (those at or below it are only counted), by its primary key, one probe per id: `OFFSET 0`
+ * keeps each lateral subquery from being pulled up into a join, which PostgreSQL planned as a
+ * hash or merge join over the whole outbox (every published row kept, walked on every read:
+ * 6 ms a read at 26,000 rows, growing with the retention).
  * $1 cursor, $2 maxBatchBytes, $3 outstanding + limit, $4 ids being marked.
  */
 export const readSql = `

@@ -515,6 +515,17 @@ describe('the outbox relay', () => {
     expect((await readAll(infra.kafkaBrokers, topic)).map((m) => seqOf(m.value))).toEqual(upTo(6));
   });
 
+  it('prunes a backlog of expired rows a chunk at a time, between drains, until none is left', async () => {
+    const db = await freshDatabase();
+    const topic = await freshTopic();
+    for (let part = 0; part < 3; part++) await enqueue(db.pool, 'outbox_test', rows(topic, `task-${part}`, 4_000));
+    await db.pool.query(`UPDATE outbox SET created_at = now() - interval '2 hours'`);
+    start({ pool: db.pool, retentionMs: 60 * 60_000, pollMs: 50 });
+    // 12,000 rows: three chunks of 5,000, the last one short.
+    await eventually(async () => expect((await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox')).rows[0]?.n).toBe(0), { timeoutMs: 30_000 });
+    expect(await readAll(infra.kafkaBrokers, topic)).toHaveLength(12_000);
+  });
+
   it('publishes nothing from an outbox table without the pending-rows step, says which step to apply, and publishes every row in order once it is', async () => {
     const db = await freshDatabase();
     await db.pool.query(`DROP TABLE outbox_pending; DROP TABLE outbox; ${outboxTableSql} ${outboxFailedRowsMigrationSql} ${outboxLeanRowsMigrationSql}`);

@@ -58,6 +58,7 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
   let pending: Wait | undefined;
   let loop: Promise<void> | undefined;
   let lastPrune = 0;
+  let pruneMore = false;
   // A NOTIFY that lands while a batch is being published must not wait for the next poll.
   let dirty = false;
   let notifications = 0;
@@ -161,15 +162,15 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
   // lowest ids below the lowest pending one (every such row not parked was published), so an
   // outbox with nothing to prune costs one short walk of the primary key, not a scan. Ids follow
   // created_at closely enough (both are taken as a row is written) for the oldest rows to come
-  // first; a younger row among them just waits for a later prune.
+  // first; a younger row among them just waits for a later prune. One chunk per loop, between
+  // drains, while a full one was pruned: a long-neglected outbox never holds publishing up for
+  // more than one chunk's DELETE.
   async function prune(): Promise<void> {
-    if (Date.now() - lastPrune < 60_000) return;
+    if (!pruneMore && Date.now() - lastPrune < 60_000) return;
     lastPrune = Date.now();
-    for (let chunk = 0; chunk < PRUNE_CHUNKS && running; chunk++) {
-      const { rows } = await pool.query<{ seen: number; pruned: number }>(PRUNE_SQL, [retentionMs, PRUNE_CHUNK_ROWS]);
-      const { seen = 0, pruned = 0 } = rows[0] ?? {};
-      if (pruned === 0 || seen < PRUNE_CHUNK_ROWS) return;
-    }
+    const { rows } = await pool.query<{ seen: number; pruned: number }>(PRUNE_SQL, [retentionMs, PRUNE_CHUNK_ROWS]);
+    const { seen = 0, pruned = 0 } = rows[0] ?? {};
+    pruneMore = pruned > 0 && seen === PRUNE_CHUNK_ROWS;
   }
 
   async function lead(session: pg.PoolClient): Promise<boolean> {
@@ -237,8 +238,6 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
 }
 
 const PRUNE_CHUNK_ROWS = 5_000;
-/** At most this many chunks per prune: a long-neglected outbox is pruned over several minutes rather than in one long burst. */
-const PRUNE_CHUNKS = 20;
 const PRUNE_SQL = `
 WITH oldest AS (
   SELECT id, created_at FROM outbox
