@@ -33,8 +33,8 @@ END $$;
  * The relay skips such rows; clearing `failed_at` hands them back to it. The index serves the
  * relay's "is an earlier row of this key parked?" lookup and is empty while nothing has failed.
  *
- * Its own migration step (service-kit's core version 104): until it runs, the relay publishes as
- * before and cannot park a row (see the README).
+ * Its own migration step (service-kit's core version 104), which the pending-rows step (106), and
+ * so the relay, needs.
  */
 export const outboxFailedRowsMigrationSql = `
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS failed_at timestamptz;

@@ -173,7 +173,7 @@ export async function runImport(deps: ImportDeps, upload: ImportUpload): Promise
         title: task.title,
         dataUri: task.dataUri,
       }));
-      // Every line passed ImportLine, whose limits are TaskCreated's (decide.unit.spec.ts proves it
+      // Every line passed ImportLine, whose limits are TaskCreated's (events.unit.spec.ts proves it
       // over random lines at and past them): checking each event again would only cost time.
       const events = await deps.prepare(createdEvents(upload.projectId, upload.createdBy, rows), `import:${upload.importId}`, { check: 'first' });
       return { rows, numbers, events };
