@@ -24,6 +24,7 @@ import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { Kafka, logLevel, Partitioners, type Admin } from 'kafkajs';
+import { fixKafkajsIdleLoop } from '@labelflow/messaging';
 import pg from 'pg';
 import { buildPrelabelProposed, inputTopicName, prelabelMessage } from '@labelflow/contracts';
 import { composeSnowflake } from '@labelflow/idgen';
@@ -381,6 +382,8 @@ async function main(): Promise<number> {
   progress(`ingest bench: sections ${[...ONLY].join(', ')}; rows=${ROWS} (repeat ${REPEAT}) x ${ROUNDS} rounds, ceiling batch ${BATCH}, rss-lines=${RSS_LINES}, prelabel-events=${PRELABELS} (dups ${PRELABEL_DUPS}), strategy-items=${STRATEGY_ITEMS} x ${STRATEGY_CONCURRENCY} workers`);
   progress(`kafka=${BROKERS.join(',')} pg=${redactUrl(PG_URL)} redis=${REDIS_URL} topics=${PREFIX}.* databases=${DB_PREFIX}_* redis namespace=${NS}:*`);
 
+  // Before any client exists: label-svc and the raw consumer share kafkajs, and both run with the fix.
+  fixKafkajsIdleLoop();
   const kafka = new Kafka({ clientId: `bench-ingest-${RUN_ID}`, brokers: BROKERS, logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();

@@ -1,5 +1,6 @@
 export * from './errors';
 export * from './kafka';
+export { fixKafkajsIdleLoop, KafkajsIdleLoopFix, KAFKAJS_FIXED_VERSION } from './kafkajs-idle-loop';
 export * from './publisher';
 export * from './codec';
 export * from './consumer';

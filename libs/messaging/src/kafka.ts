@@ -1,5 +1,6 @@
 import { Kafka, logLevel, type Admin, type ITopicConfig, type LogEntry, type SASLOptions } from 'kafkajs';
 import type { Logger } from '@labelflow/telemetry';
+import { fixKafkajsIdleLoop, KAFKAJS_FIXED_VERSION } from './kafkajs-idle-loop';
 
 export type { Kafka } from 'kafkajs';
 
@@ -42,9 +43,13 @@ const saslOptions = ({ mechanism, username, password }: KafkaSasl): SASLOptions 
   }
 };
 
-/** A kafkajs client whose logs go through the service's logger instead of the console. */
+/**
+ * A kafkajs client whose logs go through the service's logger instead of the console, with the
+ * request queue's idle timer loop fixed (`fixKafkajsIdleLoop`).
+ */
 export function createKafka({ brokers, clientId, logger, sasl, ssl = false }: KafkaDeps): Kafka {
   const log = logger.child({ component: 'kafkajs' });
+  if (fixKafkajsIdleLoop() !== 'applied') log.warn({ expected: KAFKAJS_FIXED_VERSION }, 'kafkajs is not the version its idle request-queue fix was written for; left unfixed');
   return new Kafka({
     clientId,
     brokers: [...brokers],

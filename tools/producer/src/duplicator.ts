@@ -1,4 +1,5 @@
 import { Kafka, logLevel, type Producer } from 'kafkajs';
+import { fixKafkajsIdleLoop } from '@labelflow/messaging';
 
 export interface Duplicator {
   readonly duplicated: () => number;
@@ -12,6 +13,8 @@ export interface Duplicator {
  * network or a retry repeating a step. The services must apply each effect once all the same.
  */
 export async function startDuplicator({ brokers, topics, rate, seed = 1 }: { brokers: readonly string[]; topics: readonly string[]; rate: number; seed?: number }): Promise<Duplicator> {
+  // A load driver that spins in kafkajs's idle timer loop takes CPU from the services it measures.
+  fixKafkajsIdleLoop();
   const kafka = new Kafka({ clientId: 'labelflow-duplicator', brokers: [...brokers], logLevel: logLevel.NOTHING });
   const consumer = kafka.consumer({ groupId: `labelflow-duplicator-${Date.now()}-${Math.random().toString(36).slice(2)}` });
   const producer: Producer = kafka.producer();

@@ -4,6 +4,7 @@
 // proposal with the task), and the run waits until label-svc's API lists exactly one proposal per
 // task, the model's.
 import { Kafka, logLevel, Partitioners } from 'kafkajs';
+import { fixKafkajsIdleLoop } from '@labelflow/messaging';
 import { buildPrelabelProposed, inputTopicName, prelabelMessage } from '@labelflow/contracts';
 import { client, errorCode, type Call } from './http';
 import type { Actor } from './identity';
@@ -73,6 +74,7 @@ export async function runPrelabels(o: PrelabelRunOptions): Promise<PrelabelRunSu
   const problems: string[] = [];
 
   // Publish: one proposal per chosen task, keyed by task id; the chosen duplicates go out again.
+  fixKafkajsIdleLoop();
   const kafka = new Kafka({ clientId: 'labelflow-produce-prelabels', brokers: [...o.kafka.brokers], logLevel: logLevel.NOTHING });
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
   const topic = inputTopicName(o.kafka.topicPrefix, 'prelabels');
