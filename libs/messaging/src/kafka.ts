@@ -1,6 +1,6 @@
 import { Kafka, logLevel, type Admin, type ITopicConfig, type LogEntry, type SASLOptions } from 'kafkajs';
 import type { Logger } from '@labelflow/telemetry';
-import { fixKafkajsIdleLoop, KAFKAJS_FIXED_VERSION } from './kafkajs-idle-loop';
+import { fixKafkajsIdleLoop, KafkajsIdleLoopFix, KAFKAJS_FIXED_VERSION } from './kafkajs-idle-loop';
 
 export type { Kafka } from 'kafkajs';
 
@@ -49,7 +49,7 @@ const saslOptions = ({ mechanism, username, password }: KafkaSasl): SASLOptions 
  */
 export function createKafka({ brokers, clientId, logger, sasl, ssl = false }: KafkaDeps): Kafka {
   const log = logger.child({ component: 'kafkajs' });
-  if (fixKafkajsIdleLoop() !== 'applied') log.warn({ expected: KAFKAJS_FIXED_VERSION }, 'kafkajs is not the version its idle request-queue fix was written for; left unfixed');
+  if (fixKafkajsIdleLoop() !== KafkajsIdleLoopFix.applied) log.warn({ expected: KAFKAJS_FIXED_VERSION }, 'kafkajs is not the version its idle request-queue fix was written for; left unfixed');
   return new Kafka({
     clientId,
     brokers: [...brokers],
