@@ -12,7 +12,7 @@ export async function expectExactlyOnce(stack: TestStack, projectId: string, tas
   const statuses = await queryRows<{ status: string }>(stack.databases['task-svc'], 'SELECT status FROM tasks WHERE task_id = ANY($1::text[])', [taskIds]);
   expect(statuses.map((s) => s.status)).toEqual(taskIds.map(() => 'completed'));
   for (const [svc, type] of [['task-svc', 'TaskCreated'], ['task-svc', 'TaskAssigned'], ['task-svc', 'TaskCompleted'], ['label-svc', 'LabelSubmitted'], ['qa-svc', 'QaStarted'], ['qa-svc', 'QaPassed'], ['billing-svc', 'BillingCompleted']] as const) {
-    expect(await count(svc, `SELECT count(*) AS n FROM outbox WHERE event_type = '${type}' AND message_key = ANY($1::text[])`), `${type} events in ${svc}`).toBe(n);
+    expect(await count(svc, `SELECT count(*) AS n FROM outbox_messages WHERE event_type = '${type}' AND message_key = ANY($1::text[])`), `${type} events in ${svc}`).toBe(n);
   }
   expect(await count('label-svc', `SELECT count(*) AS n FROM labels WHERE status = 'accepted' AND task_id = ANY($1::text[])`)).toBe(n);
   expect(await count('qa-svc', `SELECT count(*) AS n FROM reviews WHERE status = 'passed' AND task_id = ANY($1::text[])`)).toBe(n);

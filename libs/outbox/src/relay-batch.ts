@@ -1,3 +1,4 @@
+import { OutboxError, OutboxErrors } from './errors';
 import type { PublishedMessage } from './types';
 
 /** Under Kafka's default max.message.bytes (1 MB) with room for the record batch framing. */
@@ -5,13 +6,71 @@ export const DEFAULT_MAX_BATCH_BYTES = 768 * 1024;
 /** Counted per message on top of value, key and headers: Kafka's record framing, generously. */
 export const MESSAGE_OVERHEAD_BYTES = 64;
 
-/** A row read and not yet published, with its Kafka message and its counted size. */
+/**
+ * A message read and not yet published, with its counted size. A plain row is one message; a
+ * bundle (outboxBundlesMigrationSql) is one per frame, all with the row's id.
+ */
 export interface Pending {
   readonly id: string;
   readonly message: PublishedMessage;
   readonly bytes: number;
-  /** An earlier row of the same key is parked: this one must be parked too, never sent. */
+  /** An earlier row of the same key is parked: this one must be parked too, never sent. A bundle's messages are held together. */
   readonly held: boolean;
+  /**
+   * 0 unless this is its row's last message; then the row's message count (1 for a plain row).
+   * Only such an entry marks its row: a bundle is taken off the pending list once its last message
+   * is acknowledged, so a crash half way through one sends all of it again (consumers dedup).
+   */
+  readonly ends: number;
+}
+
+/** The rows of `entries` that are done once these entries are acknowledged (their last messages). */
+export const endingRows = (entries: readonly Pending[]): Pending[] => entries.filter((e) => e.ends > 0);
+
+/** Messages of the rows that `entries` end. */
+export const messagesEnded = (entries: readonly Pending[]): number => entries.reduce((n, e) => n + e.ends, 0);
+
+/** For each key with a parked row, the lowest such row's id (decimal text): a later row of the key is held. */
+export type ParkedKeys = Readonly<Record<string, string>>;
+
+/** Whether outbox id `a` comes before `b` (bigint ids, as decimal text without leading zeros). */
+export const idBefore = (a: string, b: string): boolean => a.length < b.length || (a.length === b.length && a < b);
+
+/** One row of the relay's read, as far as turning it into messages goes. */
+export interface RowToSend {
+  readonly id: string;
+  readonly topic: string;
+  readonly key: string;
+  readonly payload: string;
+  readonly headers: Readonly<Record<string, string>>;
+  /** A bundle's frames (serializeOutboxRows), or null for a plain row. */
+  readonly messages: string | null;
+}
+
+const RS = '\x1e';
+const US = '\x1f';
+
+/**
+ * A read row's messages, in order, each with its counted size. A row is held when any of its
+ * messages' keys has a parked row before it: a bundle then waits whole, as a plain row would.
+ */
+export function pendingOf(row: RowToSend, parked: ParkedKeys | null): Pending[] {
+  const messages: PublishedMessage[] = [];
+  if (row.messages === null) messages.push({ topic: row.topic, key: row.key, value: row.payload, headers: row.headers });
+  else {
+    for (const frame of row.messages.split(RS)) {
+      // eventId US topic US key US eventType US headers US payload; JSON text never holds US raw.
+      const fields = frame.split(US);
+      if (fields.length !== 6) throw new OutboxError(OutboxErrors.ROW_INVALID, `outbox bundle ${row.id} holds a frame of ${fields.length} fields, not 6`);
+      const [, topic, key, , headers, value] = fields as [string, string, string, string, string, string];
+      messages.push({ topic, key, value, headers: JSON.parse(headers) as Record<string, string> });
+    }
+  }
+  const held = parked !== null && messages.some((m) => {
+    const first = parked[m.key];
+    return first !== undefined && idBefore(first, row.id);
+  });
+  return messages.map((message, i) => ({ id: row.id, message, bytes: sizeOf(message), held, ends: i === messages.length - 1 ? messages.length : 0 }));
 }
 
 /** The next batch off the front of `window`: at most `maxRows` rows and `maxBytes` bytes (at least one row), and the held rows met on the way. */

@@ -1,8 +1,7 @@
 import { pgArray } from '@labelflow/plumbing';
 import type pg from 'pg';
-import { isTooLarge, sizeOf, take, type Pending } from './relay-batch';
+import { endingRows, isTooLarge, pendingOf, take, type Pending } from './relay-batch';
 import type { ReadRow, RowMarks } from './relay-rows';
-import type { PublishedMessage } from './types';
 
 /** A drain that is caught up but keeps hearing NOTIFYs reads on for at most this long. */
 const MAX_DRAIN_MS_ON_NOTIFY = 1_000;
@@ -75,10 +74,10 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     }
     let bytes = 0;
     for (const r of rows) {
-      const message: PublishedMessage = { topic: r.topic, key: r.message_key, value: r.payload, headers: r.headers };
-      const size = sizeOf(message);
-      bytes += size;
-      window.push({ id: r.id, message, bytes: size, held: r.held });
+      for (const entry of pendingOf({ id: r.id, topic: r.topic, key: r.message_key, payload: r.payload, headers: r.headers, messages: r.messages }, first.parked)) {
+        bytes += entry.bytes;
+        window.push(entry);
+      }
     }
     rowSize.bytesPerRow = bytes / rows.length;
     outstanding += rows.length;
@@ -95,15 +94,19 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     });
     reading = p;
   };
+  // `outstanding` counts rows: a row is done with the entry that ends it (a bundle's last message).
   const resolve = (rows: readonly Pending[], update: (rows: readonly Pending[]) => Promise<void>) => {
     for (const r of rows) resolving.add(r.id);
     void marks.run(async () => {
       await update(rows);
-      outstanding -= rows.length;
+      outstanding -= endingRows(rows).length;
       for (const r of rows) resolving.delete(r.id);
     });
   };
-  const markSent = (rows: readonly Pending[]) => {
+  const markSent = (sent: readonly Pending[]) => {
+    // A bundle whose last message is still to be sent stays pending: a crash now sends it again whole.
+    const rows = endingRows(sent);
+    if (rows.length === 0) return;
     for (const r of rows) resolving.add(r.id);
     toMark.push(...rows);
     if (markQueued) return;

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { pgArray } from '@labelflow/plumbing';
 import type { Logger, Metrics } from '@labelflow/telemetry';
-import type { Pending } from './relay-batch';
+import { messagesEnded, type Pending } from './relay-batch';
 
 /** One row of the relay's read (readSql). */
 export interface ReadRow {
@@ -11,8 +11,10 @@ export interface ReadRow {
   /** The payload's JSON text, as the service wrote it (json, or jsonb printed before the lean-rows step): parsing it to print it again cost the relay more than the read. */
   payload: string;
   headers: Record<string, string>;
-  /** An earlier row of the same key is parked (failed_at set): this one must not overtake it. */
-  held: boolean;
+  /** A bundle's frames (outboxBundlesMigrationSql), or null for a plain row. */
+  messages: string | null;
+  /** While any row is parked: each key with a parked row, and the lowest such row's id (a bundle's keys are all its frames'). Null otherwise. The same on every row of a read. */
+  parked: Record<string, string> | null;
   /** Pending rows found after the cursor, before the byte cut. */
   fetched: number;
   /** Pending rows at or below the read's cursor, in the read's snapshot. */
@@ -29,21 +31,25 @@ export type FailReason = (typeof FailReason)[keyof typeof FailReason];
  * the cursor are this drain's own outstanding rows plus any row that committed after the cursor
  * passed it (`behind` counts both). The rows after the cursor are cut once those before one
  * already hold `maxBatchBytes` (the stored size for small payloads, the JSON text's size for large
- * ones, which are stored compressed), and only the rows kept are fetched whole. Each says whether
- * an earlier row of its key is parked. Only the ids after the cursor are looked up in the outbox
- * (those at or below it are only counted), by its primary key, one probe per id: `OFFSET 0`
+ * ones, which are stored compressed, and a bundle's frames' size, which its TOAST pointer holds),
+ * and only the rows kept are fetched whole. Only the ids after the cursor are looked up in the
+ * outbox (those at or below it are only counted), by its primary key, one probe per id: `OFFSET 0`
  * keeps each lateral subquery from being pulled up into a join, which PostgreSQL planned as a
  * hash or merge join over the whole outbox (every published row kept, walked on every read:
  * 6 ms a read at 26,000 rows, growing with the retention).
- * $1 cursor, $2 maxBatchBytes, $3 outstanding + limit, $4 ids being marked.
+ * While any row is parked (rare: a row too large for its topic, and what it holds back), the read
+ * also lists the parked keys, a bundle's from its frames, so that the relay holds every later
+ * message of those keys, in a plain row or in a bundle.
+ * $1 cursor, $2 maxBatchBytes, $3 outstanding + limit, $4 ids being marked. Without the bundles
+ * step (`bundles: false`) the outbox has plain rows only, and the read names no `messages` column.
  */
-export const readSql = `
+export const readSqlFor = ({ bundles }: { readonly bundles: boolean }): string => `
 WITH head AS MATERIALIZED (
   SELECT id FROM outbox_pending WHERE NOT (id = ANY($4::bigint[])) ORDER BY id LIMIT $3
 ), fresh AS MATERIALIZED (
   SELECT h.id, sum(o.size) OVER (ORDER BY h.id) - o.size AS bytes_before
   FROM head h
-  CROSS JOIN LATERAL (SELECT CASE WHEN pg_column_size(payload) > 2000 THEN octet_length(payload::text) ELSE pg_column_size(payload) END AS size
+  CROSS JOIN LATERAL (SELECT CASE ${bundles ? 'WHEN messages IS NOT NULL THEN octet_length(messages) ' : ''}WHEN pg_column_size(payload) > 2000 THEN octet_length(payload::text) ELSE pg_column_size(payload) END AS size
                       FROM outbox WHERE outbox.id = h.id OFFSET 0) o
   WHERE h.id > $1
 ), cut AS MATERIALIZED (
@@ -51,25 +57,40 @@ WITH head AS MATERIALIZED (
          (SELECT count(*) FROM fresh)::int AS fetched,
          (SELECT max(id) FROM fresh WHERE bytes_before < $2) AS last,
          EXISTS (SELECT 1 FROM outbox WHERE failed_at IS NOT NULL) AS any_parked
+), parked AS MATERIALIZED (
+  SELECT CASE WHEN (SELECT any_parked FROM cut) THEN (
+    SELECT json_object_agg(k, first::text) FROM (
+      SELECT k, min(id) AS first FROM (
+        SELECT message_key AS k, id FROM outbox WHERE failed_at IS NOT NULL${bundles ? ` AND messages IS NULL
+        UNION ALL
+        SELECT split_part(f, E'\\x1f', 3), id FROM outbox CROSS JOIN LATERAL unnest(string_to_array(messages, E'\\x1e')) AS f WHERE failed_at IS NOT NULL AND messages IS NOT NULL` : ''}
+      ) keys GROUP BY k
+    ) firsts) END AS keys
 )
-SELECT o.id, o.topic, o.message_key, o.payload::text AS payload, o.headers,
-       (SELECT any_parked FROM cut) AND EXISTS (SELECT 1 FROM outbox f WHERE f.failed_at IS NOT NULL AND f.message_key = o.message_key AND f.id < o.id) AS held,
+SELECT o.id, o.topic, o.message_key, o.payload::text AS payload, o.headers, ${bundles ? 'o.messages' : 'NULL::text AS messages'},
+       (SELECT keys FROM parked) AS parked,
        (SELECT fetched FROM cut) AS fetched, (SELECT behind FROM cut) AS behind
 FROM fresh h CROSS JOIN LATERAL (SELECT * FROM outbox WHERE outbox.id = h.id OFFSET 0) o
 WHERE h.id <= (SELECT last FROM cut)
 ORDER BY h.id`;
 
+/** The read of an outbox with every step applied. */
+export const readSql = readSqlFor({ bundles: true });
+
 /** The planner settings of the relay's LISTEN session, which runs readSql (see createOutboxRelay's connectListener). */
 export const readSessionSql = 'SET enable_seqscan = off; SET enable_bitmapscan = off; SET plan_cache_mode = force_custom_plan';
 
-/** Whether the outbox has its pending-rows list (outboxPendingMigrationSql), which the relay reads and marks. */
-export async function hasPendingTable(pool: pg.Pool): Promise<boolean> {
-  const { rows } = await pool.query<{ ok: boolean }>(`SELECT to_regclass('outbox_pending') IS NOT NULL AS ok`);
-  return rows[0]?.ok === true;
+/** Which later steps the outbox has: its pending-rows list (outboxPendingMigrationSql), which the relay reads and marks, and bundles (outboxBundlesMigrationSql). */
+export async function outboxShape(pool: pg.Pool): Promise<{ readonly pending: boolean; readonly bundles: boolean }> {
+  const { rows } = await pool.query<{ pending: boolean; bundles: boolean }>(
+    `SELECT to_regclass('outbox_pending') IS NOT NULL AS pending,
+            EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'outbox'::regclass AND attname = 'messages' AND NOT attisdropped) AS bundles`,
+  );
+  return { pending: rows[0]?.pending === true, bundles: rows[0]?.bundles === true };
 }
 
 export interface RowMarks {
-  /** Takes the rows off the pending list: Kafka acknowledged them. */
+  /** Takes the rows off the pending list: Kafka acknowledged them. Only rows' last messages (`ends` > 0) are passed. */
   markPublished(rows: readonly Pending[]): Promise<void>;
   /** Sets failed_at and takes the rows off the pending list: the relay gives up on them, for `reason`. */
   park(rows: readonly Pending[], reason: FailReason, failure: string): Promise<void>;
@@ -82,25 +103,29 @@ export function createRowMarks({ pool, logger, metrics }: { readonly pool: pg.Po
   const published = metrics?.counter('outbox_published_total', 'Outbox rows published to Kafka');
   const parked = metrics?.counter('outbox_failed_total', 'Outbox rows given up on (failed_at set): too_large for their topic, or held behind such a row of the same key', ['reason']);
 
+  // A bundle's messages share their row's id: a row is parked (and counted) once.
+  const idsOf = (rows: readonly Pending[]) => [...new Set(rows.map((r) => r.id))];
+
   const park: RowMarks['park'] = async (rows, reason, failure) => {
+    const ids = idsOf(rows);
     await pool.query(
       `WITH parked AS (UPDATE outbox SET failed_at = now(), failure = $2 WHERE id = ANY($1::bigint[]))
        DELETE FROM outbox_pending WHERE id = ANY($1::bigint[])`,
-      [pgArray(rows.map((r) => r.id)), failure.slice(0, 2000)],
+      [pgArray(ids), failure.slice(0, 2000)],
     );
-    parked?.inc({ reason }, rows.length);
+    parked?.inc({ reason }, ids.length);
   };
 
   return {
     async markPublished(rows) {
       await pool.query('DELETE FROM outbox_pending WHERE id = ANY($1::bigint[])', [pgArray(rows.map((r) => r.id))]);
-      published?.inc(rows.length);
+      published?.inc(messagesEnded(rows));
     },
     park,
     async parkHeld(rows) {
       await park(rows, FailReason.held, 'held: an earlier row of the same message_key is parked (failed_at set)');
       logger.error(
-        { outboxIds: rows.map((r) => r.id), keys: [...new Set(rows.map((r) => r.message.key))] },
+        { outboxIds: idsOf(rows), keys: [...new Set(rows.map((r) => r.message.key))] },
         'outbox rows held behind a parked row of the same key; not published (failed_at set)',
       );
     },

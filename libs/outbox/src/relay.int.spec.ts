@@ -4,10 +4,12 @@ import { createKafka, createPublisher, ensureTopics, type KafkaPublisher } from 
 import { createMetrics } from '@labelflow/telemetry';
 import { captureLogs, createTestDatabase, eventually, metricValue, readAll, readTopic, uniqueName, createTestPool } from '@labelflow/testing';
 import {
+  BUNDLE_TOPIC,
   countPendingSql,
   createOutboxRelay,
   DEFAULT_MAX_BATCH_BYTES,
   enqueue,
+  enqueueBundle,
   outboxFailedRowsMigrationSql,
   outboxLeanRowsMigrationSql,
   outboxMigrationSql,
@@ -528,7 +530,7 @@ describe('the outbox relay', () => {
 
   it('publishes nothing from an outbox table without the pending-rows step, says which step to apply, and publishes every row in order once it is', async () => {
     const db = await freshDatabase();
-    await db.pool.query(`DROP TABLE outbox_pending; DROP TABLE outbox; ${outboxTableSql} ${outboxFailedRowsMigrationSql} ${outboxLeanRowsMigrationSql}`);
+    await db.pool.query(`DROP VIEW outbox_messages; DROP TABLE outbox_pending; DROP TABLE outbox; ${outboxTableSql} ${outboxFailedRowsMigrationSql} ${outboxLeanRowsMigrationSql}`);
     const topic = await freshTopic();
     await enqueue(db.pool, 'outbox_test', rows(topic, 'task-a', 20));
     // A row the previous relay published stays published.
@@ -548,7 +550,7 @@ describe('the outbox relay', () => {
 
   it('publishes the rows of a jsonb outbox written before the lean-rows step and after it, each key in order, the new ones byte for byte as written', async () => {
     const db = await freshDatabase();
-    await db.pool.query(`DROP TABLE outbox_pending; DROP TABLE outbox; ${outboxTableSql} ${outboxFailedRowsMigrationSql}`);
+    await db.pool.query(`DROP VIEW outbox_messages; DROP TABLE outbox_pending; DROP TABLE outbox; ${outboxTableSql} ${outboxFailedRowsMigrationSql}`);
     const topic = await freshTopic();
     await enqueue(db.pool, 'outbox_test', [...rows(topic, 'task-a', 10), ...rows(topic, 'task-b', 10)]);
     await db.pool.query(outboxLeanRowsMigrationSql);
@@ -566,5 +568,122 @@ describe('the outbox relay', () => {
     for (const key of ['task-a', 'task-b']) expect(read.filter((m) => m.key?.toString() === key).map((m) => seqOf(m.value))).toEqual(upTo(20));
     const sent = new Map(read.map((m) => [m.value!.toString(), m]));
     for (const m of later) expect(sent.has(JSON.stringify(m.payload))).toBe(true);
+  });
+
+  describe('bundles (many messages in one outbox row)', () => {
+    const recording = (into: number[][]): Publisher => ({
+      send: async (messages) => {
+        into.push(messages.map((m) => seqOf(Buffer.from(m.value))));
+        await publisher.send(messages);
+      },
+    });
+
+    it('publishes a bundle between the plain rows around it, each key in order, in sends no larger than a batch, and counts its messages', async () => {
+      const topic = await freshTopic();
+      const metrics = createMetrics({ service: 'outbox-test', defaults: false });
+      await enqueue(pool, 'outbox_test', rows(topic, 'task-a', 5));
+      await enqueueBundle(pool, 'outbox_test', [...rows(topic, 'task-a', 10, 5), ...rows(topic, 'task-b', 15)]);
+      await enqueue(pool, 'outbox_test', [...rows(topic, 'task-a', 5, 15), ...rows(topic, 'task-b', 5, 15)]);
+      expect((await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox')).rows[0]?.n).toBe(1 + 5 + 10);
+      const sends: number[][] = [];
+      start({ publisher: recording(sends), batchSize: 10, metrics });
+      const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 40);
+      expect(firstSeqsByKey(read)).toEqual({ 'task-a': upTo(20), 'task-b': upTo(20) });
+      expect(read).toHaveLength(40);
+      for (const send of sends) expect(send.length).toBeLessThanOrEqual(10);
+      await eventually(async () => expect((await pool.query(countPendingSql)).rows[0].n).toBe(0));
+      expect(metricValue(await metrics.render(), 'outbox_published_total')).toBe(40);
+    });
+
+    it('lists a bundle message by message in outbox_messages, as plain rows of the same messages would read', async () => {
+      const topic = await freshTopic();
+      const messages = [...rows(topic, 'task-a', 2), ...rows(topic, 'task-b', 1)].map((m) => ({ ...m, headers: { 'event-type': 'Test' } }));
+      await enqueueBundle(pool, 'outbox_test', messages);
+      const listed = await pool.query<{ event_id: string; topic: string; message_key: string; event_type: string; payload: unknown; headers: unknown; seq: string }>(
+        'SELECT event_id, topic, message_key, event_type, payload, headers, seq FROM outbox_messages ORDER BY id, seq',
+      );
+      expect(listed.rows).toEqual(messages.map((m, i) => ({ event_id: m.eventId, topic, message_key: m.key, event_type: 'Test', payload: m.payload, headers: { 'event-type': 'Test' }, seq: String(i + 1) })));
+      const [row] = (await pool.query<{ topic: string; event_id: string; message_key: string }>('SELECT topic, event_id, message_key FROM outbox')).rows;
+      expect(row).toEqual({ topic: BUNDLE_TOPIC, event_id: messages[0]?.eventId, message_key: 'task-a' });
+    });
+
+    it('sends a bundle whole again when the relay stops half way through it, so none of its messages is lost', async () => {
+      const db = await freshDatabase();
+      const topic = await freshTopic();
+      const second = nextSignal('the second send of the bundle');
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      let sends = 0;
+      const stalling: Publisher = {
+        send: async (messages) => {
+          sends++;
+          if (sends === 2) {
+            second.signal();
+            await released;
+          }
+          await publisher.send(messages);
+        },
+      };
+      await enqueueBundle(db.pool, 'outbox_test', rows(topic, 'task-a', 30));
+      const relay = start({ pool: db.pool, publisher: stalling, batchSize: 10 });
+      await second.done;
+      const closed = relay.close();
+      release();
+      await closed;
+      expect(sends).toBe(2);
+      // Two sends of three acknowledged: the bundle is still pending.
+      expect((await db.pool.query(countPendingSql)).rows[0].n).toBe(1);
+      expect((await readAll(infra.kafkaBrokers, topic)).map((m) => seqOf(m.value))).toEqual(upTo(20));
+
+      start({ pool: db.pool, batchSize: 10 });
+      const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 50);
+      expect(read.map((m) => seqOf(m.value))).toEqual([...upTo(20), ...upTo(30)]);
+      await eventually(async () => expect((await db.pool.query(countPendingSql)).rows[0].n).toBe(0));
+    });
+
+    it('parks a bundle behind a parked row of one of its keys, and a parked bundle holds the later rows of each of its keys', async () => {
+      const topic = await freshTopic([{ name: 'max.message.bytes', value: '2048' }]);
+      const small = (key: string, seq: number) => ({ topic, key, eventId: crypto.randomUUID(), eventType: 'Test', payload: { key, seq } });
+      const huge = (key: string, seq: number) => ({ ...small(key, seq), payload: { key, seq, blob: 'x'.repeat(8_000) } });
+      // A plain row too large: parked. The bundle after it names its key, so it is parked too.
+      await enqueue(pool, 'outbox_test', [huge('task-big', 0)]);
+      await enqueueBundle(pool, 'outbox_test', [small('task-x', 0), small('task-big', 1)]);
+      // A bundle with a message too large: parked whole; task-y's message before it went out.
+      await enqueueBundle(pool, 'outbox_test', [small('task-y', 0), huge('task-z', 0), small('task-w', 0)]);
+      // Later rows of the parked bundle's keys wait; a key of neither goes out.
+      await enqueue(pool, 'outbox_test', [small('task-y', 1), small('task-w', 1), small('task-free', 0)]);
+      start();
+      const state = async () =>
+        (
+          await pool.query<{ keys: string; parked: boolean; failure: string | null }>(
+            `SELECT (SELECT string_agg(message_key, ',' ORDER BY seq) FROM outbox_messages m WHERE m.id = o.id) AS keys,
+                    failed_at IS NOT NULL AS parked, split_part(failure, ':', 1) AS failure
+             FROM outbox o ORDER BY id`,
+          )
+        ).rows;
+      await eventually(async () =>
+        expect(await state()).toEqual([
+          { keys: 'task-big', parked: true, failure: expect.stringMatching(/^too large/) },
+          { keys: 'task-x,task-big', parked: true, failure: 'held' },
+          { keys: 'task-y,task-z,task-w', parked: true, failure: expect.stringMatching(/^too large/) },
+          { keys: 'task-y', parked: true, failure: 'held' },
+          { keys: 'task-w', parked: true, failure: 'held' },
+          { keys: 'task-free', parked: false, failure: null },
+        ]),
+      );
+      // What reached the topic keeps each key's order. A bundle is not atomic: some of its messages
+      // can go out before the relay parks it (the broker takes a refused request's other
+      // partitions, and task-x's message precedes task-big's in its bundle); a released bundle is
+      // sent again whole, and consumers dedup.
+      const sent = firstSeqsByKey(await readAll(infra.kafkaBrokers, topic));
+      for (const seqs of Object.values(sent)) expect(seqs).toEqual(upTo(seqs.length));
+      expect(sent['task-free']).toEqual([0]);
+      expect(sent['task-big']).toBeUndefined();
+      await eventually(async () => expect((await pool.query(countPendingSql)).rows[0].n).toBe(0));
+    });
+
+    it('is refused by the broker when a relay that knows no bundles sends one as a plain row, so such a relay marks nothing', async () => {
+      await expect(publisher.send([{ topic: BUNDLE_TOPIC, key: 'task-a', value: 'null', headers: {} }])).rejects.toThrow(/INVALID_TOPIC/);
+    });
   });
 });

@@ -4,7 +4,7 @@ import { OutboxError, OutboxErrors } from './errors';
 import { DEFAULT_MAX_BATCH_BYTES, type Pending } from './relay-batch';
 import { drain, type DrainDeps } from './relay-drain';
 import { sendApart } from './relay-parking';
-import { createRowMarks, hasPendingTable, readSessionSql, readSql } from './relay-rows';
+import { createRowMarks, outboxShape, readSessionSql, readSqlFor } from './relay-rows';
 import type { PublishedMessage, Publisher } from './types';
 
 export interface OutboxRelayOptions {
@@ -146,10 +146,13 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
     send,
     leading,
   };
+  // The read for the outbox as the leader found it when it took the lock: an outbox migrated up to
+  // the pending-rows step but not to bundles is read as plain rows.
+  let sql = readSqlFor({ bundles: true });
   const drainDeps = (): DrainDeps => ({
     batchSize,
     maxBatchBytes,
-    sql: readSql,
+    sql,
     notifications: () => notifications,
     leading,
     rowSize,
@@ -182,7 +185,9 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
     const session = await connectListener();
     if (!leader) {
       leader = await lead(session);
-      if (leader && !(await hasPendingTable(pool))) {
+      const shape = leader ? await outboxShape(pool) : undefined;
+      if (shape) sql = readSqlFor({ bundles: shape.bundles });
+      if (shape && !shape.pending) {
         // The error drops the session, and the lock with it, and the loop retries with backoff:
         // the relay starts publishing once the migration has run, without a restart.
         throw new OutboxError(

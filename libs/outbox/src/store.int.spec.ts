@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { freshDatabase } from '@labelflow/testing';
-import { appendRowsSql, countPendingSql, enqueue, outboxMigrationSql, serializeOutboxRows, type OutboxMessage } from './index';
+import { appendBundleSql, appendRowsSql, BUNDLE_TOPIC, countPendingSql, enqueue, enqueueBundle, outboxMigrationSql, serializeOutboxRows, type OutboxMessage } from './index';
 
 const infra = inject('infra');
 const db = freshDatabase(infra.pgUrl, 'outbox_store', (pool) => pool.query(outboxMigrationSql));
@@ -49,6 +49,36 @@ describe('outbox rows sent as one Buffer parameter', () => {
   it('appends nothing for no messages', async () => {
     await pool.query(`WITH appended AS (${appendRowsSql('$1')}) SELECT count(*) FROM appended`, [serializeOutboxRows([])]);
     expect(await stored()).toEqual([]);
+  });
+});
+
+describe('bundles: many messages in one outbox row', () => {
+  const listed = async () =>
+    (
+      await pool.query<{ event_id: string; topic: string; message_key: string; event_type: string; payload: unknown; headers: unknown }>(
+        'SELECT event_id, topic, message_key, event_type, payload, headers FROM outbox_messages ORDER BY id, seq',
+      )
+    ).rows.map((r) => ({ eventId: r.event_id, topic: r.topic, key: r.message_key, eventType: r.event_type, payload: r.payload, headers: r.headers }));
+
+  it('stores the messages in one pending row, each listed in outbox_messages as a plain row of it would be, text beyond Latin-1 included', async () => {
+    const messages = Array.from({ length: 300 }, (_, i) => message(i));
+    await enqueueBundle(pool, 'outbox_store_test', messages);
+    const rows = await pool.query<{ topic: string; event_id: string }>('SELECT topic, event_id FROM outbox');
+    expect(rows.rows).toEqual([{ topic: BUNDLE_TOPIC, event_id: 'event-0' }]);
+    expect((await pool.query(countPendingSql)).rows[0].n).toBe(1);
+    expect(await listed()).toEqual(messages);
+  });
+
+  it("bundles only the rows the caller keeps when a statement of its own filters them on their key, and appends no row when it keeps none", async () => {
+    const messages = Array.from({ length: 10 }, (_, i) => message(i));
+    const bundle = (keep: string[]) => pool.query(`WITH appended AS (${appendBundleSql('$1', 'm.k = ANY($2::text[])')}) SELECT count(*) FROM appended`, [serializeOutboxRows(messages), keep]);
+    await bundle(['task-2', 'task-7']);
+    expect(await listed()).toEqual(messages.filter((m) => ['task-2', 'task-7'].includes(m.key)));
+    await pool.query('TRUNCATE outbox');
+    await bundle([]);
+    expect((await pool.query('SELECT count(*)::int AS n FROM outbox')).rows[0].n).toBe(0);
+    await enqueueBundle(pool, 'outbox_store_test', []);
+    expect((await pool.query('SELECT count(*)::int AS n FROM outbox')).rows[0].n).toBe(0);
   });
 });
 

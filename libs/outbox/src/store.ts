@@ -98,3 +98,39 @@ export const appendRowsSql = (rowsParam: string, where = 'true'): string => `INS
        WHERE ${where}
        ORDER BY m.n
        RETURNING 1`;
+
+/**
+ * The `topic` of a bundle row: its messages name their own. It is no valid Kafka topic name, on
+ * purpose: a relay from before bundles would send the row as one message (its `payload`, `null`)
+ * and mark it published, losing the bundle's messages. The broker refuses that send instead
+ * (INVALID_TOPIC_EXCEPTION), so such a relay publishes nothing from there on and retries, without
+ * marking anything, until an upgraded relay leads.
+ */
+export const BUNDLE_TOPIC = '(bundle)';
+
+/**
+ * `appendRowsSql` for a bundle: the rows that pass `where` (on `m.k`, `m.y` or `m.e`, as there) go
+ * into one outbox row, their frames in order in `messages` (outboxBundlesMigrationSql), its event
+ * id, key and event type the first message's, read off the front of the joined frames, and its topic
+ * `BUNDLE_TOPIC`. Nothing is appended when no
+ * row passes. For a writer that emits many events in one transaction: the relay publishes them in
+ * order, as it would as many rows, for one row's cost to PostgreSQL.
+ */
+export const appendBundleSql = (rowsParam: string, where = 'true'): string => `INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers, messages)
+       SELECT split_part(b.f, E'\\x1f', 1), '${BUNDLE_TOPIC}', split_part(b.f, E'\\x1f', 3), split_part(b.f, E'\\x1f', 4), 'null'::json, '{}'::json, b.messages
+       FROM (SELECT a.messages, split_part(a.messages, E'\\x1e', 1) AS f
+             FROM (SELECT string_agg(m.r, E'\\x1e' ORDER BY m.n) AS messages
+                   FROM (SELECT r, split_part(r, E'\\x1f', 1) AS e, split_part(r, E'\\x1f', 3) AS k, split_part(r, E'\\x1f', 4) AS y, n
+                         FROM unnest(string_to_array(${rowsParam}::text, E'\\x1e')) WITH ORDINALITY AS a(r, n)) AS m
+                   WHERE ${where}) AS a
+             WHERE a.messages IS NOT NULL) AS b
+       RETURNING 1`;
+
+/**
+ * `enqueue` for many messages at once, as one bundle row (`appendBundleSql`), in the caller's
+ * transaction, and wakes the relay. Kafka receives the same messages, in the same order.
+ */
+export async function enqueueBundle(tx: Queryable, channel: string, messages: readonly OutboxMessage[]): Promise<void> {
+  if (messages.length === 0) return;
+  await tx.query(`WITH appended AS (${appendBundleSql('$1')}) SELECT pg_notify($2, '')`, [serializeOutboxRows(messages), channel]);
+}

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { inboxMigrationSql } from '@labelflow/dedup';
 import { idempotencyMigrationSql } from '@labelflow/idempotency';
 import { idgenLastIssuedSql, idgenMigrationSql } from '@labelflow/idgen';
-import { outboxFailedRowsMigrationSql, outboxLeanRowsMigrationSql, outboxPendingMigrationSql, outboxTableSql } from '@labelflow/outbox';
+import { outboxBundlesMigrationSql, outboxFailedRowsMigrationSql, outboxLeanRowsMigrationSql, outboxPendingMigrationSql, outboxTableSql } from '@labelflow/outbox';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
 export interface Migration {
@@ -87,6 +87,9 @@ export const outboxLeanRowsMigration: Migration = { version: 105, name: 'lean ou
 /** Pending outbox rows listed in a table of their own (marking a row published deletes its id), and no published_at. */
 export const outboxPendingMigration: Migration = { version: 106, name: 'outbox pending rows', sql: outboxPendingMigrationSql };
 
+/** Outbox rows that carry many messages (a bulk import's TaskCreated), and the outbox_messages view that lists them one by one. */
+export const outboxBundlesMigration: Migration = { version: 107, name: 'outbox bundles', sql: outboxBundlesMigrationSql };
+
 /** Every core migration, in the order services list them. */
 export const coreMigrations: readonly Migration[] = [
   coreMigration,
@@ -97,4 +100,5 @@ export const coreMigrations: readonly Migration[] = [
   outboxFailedRowsMigration,
   outboxLeanRowsMigration,
   outboxPendingMigration,
+  outboxBundlesMigration,
 ];

@@ -146,8 +146,8 @@ async function eventIdsOn(brokers: string, topic: string, timeoutMs: number): Pr
 
 /**
  * Lost events, counted two ways, after the stack came to rest:
- * 1. every outbox row of every service (published or not) must be on its topic: its event id among
- *    the topic's messages;
+ * 1. every outbox message of every service (published or not; a bundle's one by one, from the
+ *    outbox_messages view) must be on its topic: its event id among the topic's messages;
  * 2. every (task, type, attempt) emitted of a type a service consumes must have one row in that
  *    service's inbox (the inbox key is that triple: duplicates and re-emissions collapse into it).
  * The databases are read first (REPEATABLE READ each), then the topics up to their current end, so
@@ -160,7 +160,7 @@ export async function findLostEvents(databases: Readonly<Record<ServiceName, str
     for (const name of serviceOrder) {
       outbox[name] = (
         await c[name].query<OutboxRow>(`SELECT event_id, event_type, message_key AS task_id, (payload->>'attempt')::int AS attempt, failed_at IS NULL AND NOT EXISTS (SELECT 1 FROM outbox_pending p WHERE p.id = o.id) AS published
-           FROM outbox o`)
+           FROM outbox_messages o`)
       ).rows;
       inbox[name] = (await c[name].query<{ task_id: string; event_type: string; attempt: number }>('SELECT task_id, event_type, attempt FROM inbox')).rows;
     }

@@ -1,5 +1,5 @@
 import type { ProjectId } from '@labelflow/contracts';
-import { appendRowsSql } from '@labelflow/outbox';
+import { appendBundleSql } from '@labelflow/outbox';
 import { pgArray, runInOwnTransaction, type Pool, type Queryable } from '@labelflow/service-kit';
 import type { CreatedTask, ImportJob, ImportStatus, LineError, Progress } from './decide';
 
@@ -111,8 +111,9 @@ export interface BatchWrite {
 
 /**
  * Writes a batch with one statement in a transaction of its own: the tasks whose external id the
- * project does not have yet, their TaskCreated outbox rows, and the job's progress (created and
- * already-present counts included), then wakes the relay. One round trip (see
+ * project does not have yet, their TaskCreated events as one outbox bundle (a row per batch, not
+ * per task: the rows and their relay cost PostgreSQL more than the tasks did), and the job's
+ * progress (created and already-present counts included), then wakes the relay. One round trip (see
  * `runInOwnTransaction`) where a transaction of three statements took five: under load each round
  * trip also waits for whatever the event loop is running when its answer arrives.
  *
@@ -138,7 +139,7 @@ export async function writeImportBatch(pool: Pool, w: BatchWrite): Promise<{ rea
        ON CONFLICT (project_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
        RETURNING task_id
      ), appended AS (
-       ${appendRowsSql('$7', 'm.k IN (SELECT task_id FROM inserted)')}
+       ${appendBundleSql('$7', 'm.k IN (SELECT task_id FROM inserted)')}
      ), n AS (
        SELECT count(*)::bigint AS inserted_rows FROM inserted
      ), recorded AS (

@@ -83,7 +83,7 @@ describe('task-svc bulk import, answered in-process', () => {
   const createdEventsOf = (projectId: string) =>
     queryRows<{ message_key: string; payload: { payload: { externalId?: string; taskNumber?: string; createdBy?: string } } }>(
       svc.databaseUrl,
-      `SELECT message_key, payload FROM outbox WHERE event_type = 'TaskCreated' AND payload->>'projectId' = $1`,
+      `SELECT message_key, payload FROM outbox_messages WHERE event_type = 'TaskCreated' AND payload->>'projectId' = $1`,
       [projectId],
     );
 
