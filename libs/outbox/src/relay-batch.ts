@@ -1,4 +1,5 @@
 import { OutboxError, OutboxErrors } from './errors';
+import { RS, US } from './framing';
 import type { PublishedMessage } from './types';
 
 /** Under Kafka's default max.message.bytes (1 MB) with room for the record batch framing. */
@@ -47,8 +48,6 @@ export interface RowToSend {
   readonly messages: string | null;
 }
 
-const RS = '\x1e';
-const US = '\x1f';
 
 /**
  * A read row's messages, in order, each with its counted size. A row is held when any of its
@@ -58,12 +57,30 @@ export function pendingOf(row: RowToSend, parked: ParkedKeys | null): Pending[] 
   const messages: PublishedMessage[] = [];
   if (row.messages === null) messages.push({ topic: row.topic, key: row.key, value: row.payload, headers: row.headers });
   else {
-    for (const frame of row.messages.split(RS)) {
+    // A bundle's messages mostly share their headers' text: parsed once, the object shared (read-only).
+    let headersText: string | undefined;
+    let headers: Readonly<Record<string, string>> = {};
+    const text = row.messages;
+    for (let start = 0; start <= text.length; ) {
+      let end = text.indexOf(RS, start);
+      if (end < 0) end = text.length;
       // eventId US topic US key US eventType US headers US payload; JSON text never holds US raw.
-      const fields = frame.split(US);
-      if (fields.length !== 6) throw new OutboxError(OutboxErrors.ROW_INVALID, `outbox bundle ${row.id} holds a frame of ${fields.length} fields, not 6`);
-      const [, topic, key, , headers, value] = fields as [string, string, string, string, string, string];
-      messages.push({ topic, key, value, headers: JSON.parse(headers) as Record<string, string> });
+      // Cut by position, not split(): no array and no strings for the two fields not sent.
+      const cuts = [start - 1];
+      for (let at = start; cuts.length < 6; at++) {
+        at = text.indexOf(US, at);
+        if (at < 0 || at > end) break;
+        cuts.push(at);
+      }
+      if (cuts.length !== 6) throw new OutboxError(OutboxErrors.ROW_INVALID, `outbox bundle ${row.id} holds a frame of ${cuts.length} fields, not 6`);
+      const [, t, k, y, h, p] = cuts as [number, number, number, number, number, number];
+      const ownHeaders = text.slice(h + 1, p);
+      if (ownHeaders !== headersText) {
+        headersText = ownHeaders;
+        headers = JSON.parse(ownHeaders) as Record<string, string>;
+      }
+      messages.push({ topic: text.slice(t + 1, k), key: text.slice(k + 1, y), value: text.slice(p + 1, end), headers });
+      start = end + 1;
     }
   }
   const held = parked !== null && messages.some((m) => {

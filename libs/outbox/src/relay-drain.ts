@@ -16,8 +16,12 @@ export interface DrainDeps {
   readonly notifications: () => number;
   /** Whether the relay may still send: it holds the lock and is not closing. */
   readonly leading: () => boolean;
-  /** Average counted bytes per row of the last read, carried from drain to drain: bounds the next read's LIMIT for very large rows. */
-  readonly rowSize: { bytesPerRow: number };
+  /**
+   * Average counted bytes and messages per row of the last read, carried from drain to drain:
+   * they bound the next read's LIMIT for very large rows and for bundles, so that a read brings
+   * about a batch of messages (and at most twice maxBatchBytes), as it does of plain rows.
+   */
+  readonly rowSize: { bytesPerRow: number; messagesPerRow: number };
   readonly marks: RowMarks;
   readonly send: (rows: readonly Pending[]) => Promise<void>;
   /** Sends a batch the broker refused as too large in parts, parking the rows it refuses alone. */
@@ -53,7 +57,8 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
   let reading: Promise<void> | undefined;
 
   const read = async () => {
-    const limit = rowSize.bytesPerRow > 0 ? Math.max(1, Math.min(batchSize, Math.ceil((2 * maxBatchBytes) / rowSize.bytesPerRow))) : batchSize;
+    const limit =
+      rowSize.bytesPerRow > 0 ? Math.max(1, Math.min(batchSize, Math.ceil((2 * maxBatchBytes) / rowSize.bytesPerRow), Math.ceil(batchSize / rowSize.messagesPerRow))) : batchSize;
     const seen = deps.notifications();
     // Taken together, in one synchronous step: a mark that commits later is skipped by id.
     const skipping = [...resolving];
@@ -73,13 +78,16 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
       return;
     }
     let bytes = 0;
+    let messages = 0;
     for (const r of rows) {
       for (const entry of pendingOf({ id: r.id, topic: r.topic, key: r.message_key, payload: r.payload, headers: r.headers, messages: r.messages }, first.parked)) {
         bytes += entry.bytes;
+        messages++;
         window.push(entry);
       }
     }
     rowSize.bytesPerRow = bytes / rows.length;
+    rowSize.messagesPerRow = messages / rows.length;
     outstanding += rows.length;
     cursor = rows[rows.length - 1]?.id ?? cursor;
     // Caught up: fewer rows than asked for and none left behind by the byte cut. A NOTIFY since

@@ -578,13 +578,14 @@ describe('the outbox relay', () => {
       },
     });
 
-    it('publishes a bundle between the plain rows around it, each key in order, in sends no larger than a batch, and counts its messages', async () => {
+    it('publishes a bundle of several rows between the plain rows around it, each key in order, in sends no larger than a batch, and counts its messages', async () => {
       const topic = await freshTopic();
       const metrics = createMetrics({ service: 'outbox-test', defaults: false });
       await enqueue(pool, 'outbox_test', rows(topic, 'task-a', 5));
-      await enqueueBundle(pool, 'outbox_test', [...rows(topic, 'task-a', 10, 5), ...rows(topic, 'task-b', 15)]);
+      // A 1 KiB limit cuts the bundle's 25 messages into several rows.
+      await enqueueBundle(pool, 'outbox_test', [...rows(topic, 'task-a', 10, 5), ...rows(topic, 'task-b', 15)], 1_024);
       await enqueue(pool, 'outbox_test', [...rows(topic, 'task-a', 5, 15), ...rows(topic, 'task-b', 5, 15)]);
-      expect((await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox')).rows[0]?.n).toBe(1 + 5 + 10);
+      expect((await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox WHERE messages IS NOT NULL')).rows[0]?.n).toBeGreaterThan(2);
       const sends: number[][] = [];
       start({ publisher: recording(sends), batchSize: 10, metrics });
       const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 40);

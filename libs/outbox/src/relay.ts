@@ -62,7 +62,7 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
   // A NOTIFY that lands while a batch is being published must not wait for the next poll.
   let dirty = false;
   let notifications = 0;
-  const rowSize = { bytesPerRow: 0 };
+  const rowSize = { bytesPerRow: 0, messagesPerRow: 1 };
   const leading = () => leader && running;
 
   // Only close() and, for the leader's idle wait, a NOTIFY end a wait early: a standby cannot

@@ -110,8 +110,8 @@ END $$;
  * event type, headers and payload, US between fields, RS between messages), in order. Its event
  * id, key and event type are its first message's; its topic is `BUNDLE_TOPIC`, which the broker
  * refuses, so that a relay from before this step stops at a bundle instead of mis-sending it. A writer that emits a thousand events in one transaction
- * (a bulk import's TaskCreated) pays PostgreSQL one row, one pending id, one read and one mark
- * instead of a thousand of each: in bench:ingest the outbox rows and their relay cost PostgreSQL
+ * (a bulk import's TaskCreated) pays PostgreSQL a row, a pending id, a read and a mark per bundle
+ * of about 85 (appendBundleSql's byte limit) instead of per event: in bench:ingest the outbox rows and their relay cost PostgreSQL
  * more than the tasks themselves. The relay sends a bundle's messages in order, in as many sends
  * as its batch limits need, and marks the row once the last one is acknowledged.
  *

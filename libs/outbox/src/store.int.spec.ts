@@ -60,13 +60,27 @@ describe('bundles: many messages in one outbox row', () => {
       )
     ).rows.map((r) => ({ eventId: r.event_id, topic: r.topic, key: r.message_key, eventType: r.event_type, payload: r.payload, headers: r.headers }));
 
-  it('stores the messages in one pending row, each listed in outbox_messages as a plain row of it would be, text beyond Latin-1 included', async () => {
-    const messages = Array.from({ length: 300 }, (_, i) => message(i));
+  it('stores a few messages in one pending row, each listed in outbox_messages as a plain row of it would be, text beyond Latin-1 included', async () => {
+    const messages = Array.from({ length: 20 }, (_, i) => message(i));
     await enqueueBundle(pool, 'outbox_store_test', messages);
     const rows = await pool.query<{ topic: string; event_id: string }>('SELECT topic, event_id FROM outbox');
     expect(rows.rows).toEqual([{ topic: BUNDLE_TOPIC, event_id: 'event-0' }]);
     expect((await pool.query(countPendingSql)).rows[0].n).toBe(1);
     expect(await listed()).toEqual(messages);
+  });
+
+  it('cuts a larger bundle into consecutive rows of at most the byte limit each, in order', async () => {
+    const messages = Array.from({ length: 300 }, (_, i) => message(i));
+    await enqueueBundle(pool, 'outbox_store_test', messages, 4_096);
+    const rows = await pool.query<{ bytes: number; first: string }>('SELECT octet_length(messages) AS bytes, event_id AS first FROM outbox ORDER BY id');
+    const frame = serializeOutboxRows([message(299)]).length;
+    expect(rows.rows.length).toBeGreaterThan(10);
+    for (const r of rows.rows) expect(r.bytes).toBeLessThan(4_096 + frame + 1);
+    expect((await pool.query(countPendingSql)).rows[0].n).toBe(rows.rows.length);
+    expect(await listed()).toEqual(messages);
+    // Each row is named after its own first message.
+    const starts = (await pool.query<{ event_id: string }>('SELECT event_id FROM outbox_messages WHERE seq = 1 ORDER BY id')).rows.map((r) => r.event_id);
+    expect(rows.rows.map((r) => r.first)).toEqual(starts);
   });
 
   it("bundles only the rows the caller keeps when a statement of its own filters them on their key, and appends no row when it keeps none", async () => {

@@ -111,11 +111,12 @@ export interface BatchWrite {
 
 /**
  * Writes a batch with one statement in a transaction of its own: the tasks whose external id the
- * project does not have yet, their TaskCreated events as one outbox bundle (a row per batch, not
- * per task: the rows and their relay cost PostgreSQL more than the tasks did), and the job's
- * progress (created and already-present counts included), then wakes the relay. One round trip (see
- * `runInOwnTransaction`) where a transaction of three statements took five: under load each round
- * trip also waits for whatever the event loop is running when its answer arrives.
+ * project does not have yet, their TaskCreated events as outbox bundles (a row per 48 KiB of
+ * events, about 85, not a row per task: the rows and their relay cost PostgreSQL more than the
+ * tasks did), and the job's progress (created and already-present counts included), then wakes
+ * the relay. One round trip (see `runInOwnTransaction`) where a transaction of three statements
+ * took five: under load each round trip also waits for whatever the event loop is running when its
+ * answer arrives.
  *
  * Only the holding upload may write, and only from the position it last recorded: the statement
  * first locks the job's row if it still says so (`claim`), and writes nothing otherwise (another
