@@ -118,9 +118,8 @@ export const BUNDLE_TOPIC = '(bundle)';
 /**
  * Most frame bytes per bundle row. A larger bundle goes into several rows, in order. Kept under
  * V8's large-object size (128 KiB, which a string of non-Latin-1 text reaches at 64 KiB): the
- * relay reads each bundle as one string, and large objects are only freed by a full GC. With
- * 575 kB bundles (1,000 TaskCreated), task-svc's RSS peak rose by 10-15 MB while 1,000,000 lines
- * streamed in, over bench:ingest's 300 MB target.
+ * relay reads each bundle as one string, and large objects are only freed by a full GC. About 85
+ * TaskCreated, so a row's fixed costs are still shared a hundredfold.
  */
 export const DEFAULT_MAX_BUNDLE_BYTES = 48 * 1024;
 
