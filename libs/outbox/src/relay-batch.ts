@@ -49,6 +49,19 @@ export interface RowToSend {
 }
 
 
+function parseHeaders(id: string, text: string): Readonly<Record<string, string>> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (error) {
+    throw new OutboxError(OutboxErrors.ROW_INVALID, `outbox bundle ${id} holds a frame whose headers are not JSON: ${(error as Error).message}`, { cause: error });
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed) || Object.values(parsed).some((v) => typeof v !== 'string')) {
+    throw new OutboxError(OutboxErrors.ROW_INVALID, `outbox bundle ${id} holds a frame whose headers are not an object of strings`);
+  }
+  return parsed as Record<string, string>;
+}
+
 /**
  * A read row's messages, in order, each with its counted size. A row is held when any of its
  * messages' keys has a parked row before it: a bundle then waits whole, as a plain row would.
@@ -77,7 +90,7 @@ export function pendingOf(row: RowToSend, parked: ParkedKeys | null): Pending[] 
       const ownHeaders = text.slice(h + 1, p);
       if (ownHeaders !== headersText) {
         headersText = ownHeaders;
-        headers = JSON.parse(ownHeaders) as Record<string, string>;
+        headers = parseHeaders(row.id, ownHeaders);
       }
       messages.push({ topic: text.slice(t + 1, k), key: text.slice(k + 1, y), value: text.slice(p + 1, end), headers });
       start = end + 1;

@@ -68,6 +68,12 @@ describe('reading a row into the messages to send', () => {
     expect(idBefore('12', '12')).toBe(false);
   });
 
+  it('refuses a bundle frame whose headers are not a JSON object of strings, naming the row', () => {
+    const frame = (headers: string) => ['e1', 't', 'task-a', 'Test', headers, '{}'].join('\x1f');
+    expect(() => pendingOf({ ...bundle, messages: frame('{not json') }, null)).toThrow(/outbox bundle 12 holds a frame whose headers are not JSON/);
+    expect(() => pendingOf({ ...bundle, messages: frame('{"n":1}') }, null)).toThrow(/not an object of strings/);
+  });
+
   it('refuses a bundle frame that does not have six fields, naming the row', () => {
     expect(() => pendingOf({ ...bundle, messages: 'e1\x1ft\x1ftask-a' }, null)).toThrow(/outbox bundle 12 holds a frame of 3 fields/);
   });

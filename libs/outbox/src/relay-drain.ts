@@ -1,5 +1,6 @@
 import { pgArray } from '@labelflow/plumbing';
 import type pg from 'pg';
+import { OutboxError, OutboxErrors } from './errors';
 import { endingRows, isTooLarge, pendingOf, take, type Pending } from './relay-batch';
 import type { ReadRow, RowMarks } from './relay-rows';
 
@@ -79,8 +80,21 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     }
     let bytes = 0;
     let messages = 0;
+    let parked = first.parked;
     for (const r of rows) {
-      for (const entry of pendingOf({ id: r.id, topic: r.topic, key: r.message_key, payload: r.payload, headers: r.headers, messages: r.messages }, first.parked)) {
+      let entries: Pending[];
+      try {
+        entries = pendingOf({ id: r.id, topic: r.topic, key: r.message_key, payload: r.payload, headers: r.headers, messages: r.messages }, parked);
+      } catch (error) {
+        if (!(error instanceof OutboxError && error.code === OutboxErrors.ROW_INVALID)) throw error;
+        // A bundle that cannot be read would stop the relay at every read: parked instead, its
+        // first key holds its later rows back (from the next read on through `parked`).
+        const row: Pending = { id: r.id, message: { topic: r.topic, key: r.message_key, value: '', headers: {} }, bytes: 0, held: true, ends: 1 };
+        resolve([row], (rows) => rowMarks.parkUnreadable(rows, error));
+        if (parked?.[r.message_key] === undefined) parked = { ...parked, [r.message_key]: r.id };
+        continue;
+      }
+      for (const entry of entries) {
         bytes += entry.bytes;
         messages++;
         window.push(entry);

@@ -21,7 +21,7 @@ export interface ReadRow {
   behind: number;
 }
 
-export const FailReason = { tooLarge: 'too_large', held: 'held' } as const;
+export const FailReason = { tooLarge: 'too_large', held: 'held', unreadable: 'unreadable' } as const;
 export type FailReason = (typeof FailReason)[keyof typeof FailReason];
 
 /**
@@ -96,6 +96,8 @@ export interface RowMarks {
   park(rows: readonly Pending[], reason: FailReason, failure: string): Promise<void>;
   /** Parks rows that an earlier parked row of their key holds back. */
   parkHeld(rows: readonly Pending[]): Promise<void>;
+  /** Parks a row the relay cannot read into messages (a bundle whose frames are malformed), so that it blocks nothing. */
+  parkUnreadable(rows: readonly Pending[], error: unknown): Promise<void>;
 }
 
 /** The relay's writes to its rows, on pool connections (never the LISTEN session, which reads). */
@@ -128,6 +130,10 @@ export function createRowMarks({ pool, logger, metrics }: { readonly pool: pg.Po
         { outboxIds: idsOf(rows), keys: [...new Set(rows.map((r) => r.message.key))] },
         'outbox rows held behind a parked row of the same key; not published (failed_at set)',
       );
+    },
+    async parkUnreadable(rows, error) {
+      await park(rows, FailReason.unreadable, `unreadable: ${(error as Error).message}`);
+      logger.error({ outboxIds: idsOf(rows), err: error }, 'outbox row unreadable; parked (failed_at set), later rows of its key are held behind it');
     },
   };
 }

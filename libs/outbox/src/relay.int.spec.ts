@@ -683,6 +683,35 @@ describe('the outbox relay', () => {
       await eventually(async () => expect((await pool.query(countPendingSql)).rows[0].n).toBe(0));
     });
 
+    it('parks a bundle it cannot read instead of stopping at it, publishes the rows behind it, and holds back the later rows of its key', async () => {
+      const topic = await freshTopic();
+      const metrics = createMetrics({ service: 'outbox-test', defaults: false });
+      // Written by hand, not by appendBundleSql: frames of two fields, and headers that are not JSON.
+      await pool.query(
+        `INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers, messages) VALUES
+           ('bad-1', $1, 'task-bad', 'Test', 'null', '{}', 'bad-1' || E'\\x1f' || 'only two fields'),
+           ('bad-2', $1, 'task-worse', 'Test', 'null', '{}', concat_ws(E'\\x1f', 'bad-2', $2::text, 'task-worse', 'Test', '{not json', '{}'))`,
+        [BUNDLE_TOPIC, topic],
+      );
+      await enqueue(pool, 'outbox_test', [...rows(topic, 'task-ok', 5), ...rows(topic, 'task-bad', 1, 1), ...rows(topic, 'task-worse', 1, 1)]);
+      start({ metrics });
+      const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 5);
+      const state = async () =>
+        (await pool.query<{ key: string; failure: string | null }>(`SELECT message_key AS key, split_part(failure, ':', 1) AS failure FROM outbox WHERE message_key <> 'task-ok' ORDER BY id`)).rows;
+      await eventually(async () =>
+        expect(await state()).toEqual([
+          { key: 'task-bad', failure: 'unreadable' },
+          { key: 'task-worse', failure: 'unreadable' },
+          { key: 'task-bad', failure: 'held' },
+          { key: 'task-worse', failure: 'held' },
+        ]),
+      );
+      expect(firstSeqsByKey(read)).toEqual({ 'task-ok': upTo(5) });
+      expect(metricValue(await metrics.render(), 'outbox_failed_total', { reason: 'unreadable' })).toBe(2);
+      await eventually(async () => expect((await pool.query(countPendingSql)).rows[0].n).toBe(0));
+      expect(firstSeqsByKey(await readAll(infra.kafkaBrokers, topic))).toEqual({ 'task-ok': upTo(5) });
+    });
+
     it('is refused by the broker when a relay that knows no bundles sends one as a plain row, so such a relay marks nothing', async () => {
       await expect(publisher.send([{ topic: BUNDLE_TOPIC, key: 'task-a', value: 'null', headers: {} }])).rejects.toThrow(/INVALID_TOPIC/);
     });
