@@ -67,39 +67,42 @@ function parseHeaders(id: string, text: string): Readonly<Record<string, string>
  * messages' keys has a parked row before it: a bundle then waits whole, as a plain row would.
  */
 export function pendingOf(row: RowToSend, parked: ParkedKeys | null): Pending[] {
-  const messages: PublishedMessage[] = [];
-  if (row.messages === null) messages.push({ topic: row.topic, key: row.key, value: row.payload, headers: row.headers });
-  else {
-    // A bundle's messages mostly share their headers' text: parsed once, the object shared (read-only).
-    let headersText: string | undefined;
-    let headers: Readonly<Record<string, string>> = {};
-    const text = row.messages;
-    for (let start = 0; start <= text.length; ) {
-      let end = text.indexOf(RS, start);
-      if (end < 0) end = text.length;
-      // eventId US topic US key US eventType US headers US payload; JSON text never holds US raw.
-      // Cut by position, not split(): no array and no strings for the two fields not sent.
-      const cuts = [start - 1];
-      for (let at = start; cuts.length < 6; at++) {
-        at = text.indexOf(US, at);
-        if (at < 0 || at > end) break;
-        cuts.push(at);
-      }
-      if (cuts.length !== 6) throw new OutboxError(OutboxErrors.ROW_INVALID, `outbox bundle ${row.id} holds a frame of ${cuts.length} fields, not 6`);
-      const [, t, k, y, h, p] = cuts as [number, number, number, number, number, number];
-      const ownHeaders = text.slice(h + 1, p);
-      if (ownHeaders !== headersText) {
-        headersText = ownHeaders;
-        headers = parseHeaders(row.id, ownHeaders);
-      }
-      messages.push({ topic: text.slice(t + 1, k), key: text.slice(k + 1, y), value: text.slice(p + 1, end), headers });
-      start = end + 1;
-    }
-  }
-  const held = parked !== null && messages.some((m) => {
-    const first = parked[m.key];
+  const isHeld = (key: string) => {
+    const first = parked?.[key];
     return first !== undefined && idBefore(first, row.id);
-  });
+  };
+  if (row.messages === null) {
+    // The common case, on every row the relay reads: one message, no arrays to build.
+    const message: PublishedMessage = { topic: row.topic, key: row.key, value: row.payload, headers: row.headers };
+    return [{ id: row.id, message, bytes: sizeOf(message), held: isHeld(row.key), ends: 1 }];
+  }
+  const messages: PublishedMessage[] = [];
+  // A bundle's messages mostly share their headers' text: parsed once, the object shared (read-only).
+  let headersText: string | undefined;
+  let headers: Readonly<Record<string, string>> = {};
+  const text = row.messages;
+  for (let start = 0; start <= text.length; ) {
+    let end = text.indexOf(RS, start);
+    if (end < 0) end = text.length;
+    // eventId US topic US key US eventType US headers US payload; JSON text never holds US raw.
+    // Cut by position, not split(): no array and no strings for the two fields not sent.
+    const cuts = [start - 1];
+    for (let at = start; cuts.length < 6; at++) {
+      at = text.indexOf(US, at);
+      if (at < 0 || at > end) break;
+      cuts.push(at);
+    }
+    if (cuts.length !== 6) throw new OutboxError(OutboxErrors.ROW_INVALID, `outbox bundle ${row.id} holds a frame of ${cuts.length} fields, not 6`);
+    const [, t, k, y, h, p] = cuts as [number, number, number, number, number, number];
+    const ownHeaders = text.slice(h + 1, p);
+    if (ownHeaders !== headersText) {
+      headersText = ownHeaders;
+      headers = parseHeaders(row.id, ownHeaders);
+    }
+    messages.push({ topic: text.slice(t + 1, k), key: text.slice(k + 1, y), value: text.slice(p + 1, end), headers });
+    start = end + 1;
+  }
+  const held = parked !== null && messages.some((m) => isHeld(m.key));
   return messages.map((message, i) => ({ id: row.id, message, bytes: sizeOf(message), held, ends: i === messages.length - 1 ? messages.length : 0 }));
 }
 
