@@ -103,7 +103,7 @@ export interface RowMarks {
 /** The relay's writes to its rows, on pool connections (never the LISTEN session, which reads). */
 export function createRowMarks({ pool, logger, metrics }: { readonly pool: pg.Pool; readonly logger: Logger; readonly metrics?: Metrics }): RowMarks {
   const published = metrics?.counter('outbox_published_total', 'Outbox rows published to Kafka');
-  const parked = metrics?.counter('outbox_failed_total', 'Outbox rows given up on (failed_at set): too_large for their topic, or held behind such a row of the same key', ['reason']);
+  const parked = metrics?.counter('outbox_failed_total', 'Outbox rows given up on (failed_at set): too_large for their topic, unreadable (a bundle whose frames cannot be read), or held behind such a row of the same key', ['reason']);
 
   // A bundle's messages share their row's id: a row is parked (and counted) once.
   const idsOf = (rows: readonly Pending[]) => [...new Set(rows.map((r) => r.id))];
