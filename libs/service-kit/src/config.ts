@@ -61,6 +61,12 @@ export const BaseConfig = z.object({
    * autovacuum's default rules would vacuum or analyze, and does so; 0: never.
    */
   DB_UPKEEP_INTERVAL_MS: z.coerce.number().int().min(0).max(3_600_000).default(10_000),
+  /**
+   * The old generation may grow to (1 + this/100) times what survived V8's last full collection
+   * before the next one (heap.ts); 0 leaves V8's own factor, up to 4x. Process-wide: applied by
+   * `startService`.
+   */
+  HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(300).default(100),
   /** How often durable deadlines (assignment leases, review SLAs) are checked. */
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(10).max(3_600_000).default(1_000),
   /** Fault injection for crash tests; never set in production. */

@@ -76,6 +76,14 @@ describe('service-kit: loadConfig', () => {
     }
   });
 
+  it('lets the old generation grow to twice its live heap by default, takes 0 as V8\'s own choice, and refuses a negative, fractional or huge percent', () => {
+    expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ HEAP_GROWING_PERCENT: 100 });
+    expect(loadConfig(BaseConfig, { ...validEnv, HEAP_GROWING_PERCENT: '0' })).toMatchObject({ HEAP_GROWING_PERCENT: 0 });
+    for (const bad of ['-1', '1.5', '301', 'lots']) {
+      expect((failure({ ...validEnv, HEAP_GROWING_PERCENT: bad }).details as string[]).map((p) => p.split(':')[0]), bad).toEqual(['HEAP_GROWING_PERCENT']);
+    }
+  });
+
   it('rejects a broker list that is only separators', () => {
     expect(failure({ ...validEnv, KAFKA_BROKERS: ' , ' }).code).toBe(ServiceKitErrors.CONFIG_INVALID);
   });

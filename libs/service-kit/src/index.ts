@@ -5,6 +5,7 @@ export * from './migrations';
 export * from './http';
 export * from './auth';
 export * from './lifecycle';
+export * from './heap';
 export * from './events';
 export * from './runtime/index';
 export * from './decider';

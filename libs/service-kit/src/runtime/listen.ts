@@ -2,6 +2,7 @@ import { pruneInbox } from '@labelflow/dedup';
 import { pruneIdempotencyKeys } from '@labelflow/idempotency';
 import type { Logger } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
+import { limitHeapGrowth } from '../heap';
 import { createMetricsApp } from '../http';
 import type { Lifecycle } from '../lifecycle';
 import { upkeepTables } from '../table-upkeep';
@@ -31,8 +32,9 @@ export async function listen<C extends BaseConfig>(built: BuiltService<C>): Prom
   }
 }
 
-/** Builds and starts a service, as each `main.ts` does. */
+/** Builds and starts a service, as each `main.ts` does: the process is the service's own. */
 export async function startService<C extends BaseConfig>(definition: ServiceDefinition<C>, config: C, deps: BuildDeps = {}): Promise<RunningService<C>> {
+  limitHeapGrowth(config.HEAP_GROWING_PERCENT);
   return listen(await buildService(definition, config, deps));
 }
 
