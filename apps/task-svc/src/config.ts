@@ -8,7 +8,7 @@ export const TaskSvcConfig = BaseConfig.extend({
   /** Extra time after the lease before reopening: labels submitted at the last moment are in flight. */
   ASSIGNMENT_LEASE_GRACE_MS: z.coerce.number().int().min(0).max(3600_000).default(30_000),
   /** Valid lines written per transaction by a bulk import. */
-  IMPORT_BATCH_SIZE: z.coerce.number().int().min(1).max(5_000).default(1_000),
+  IMPORT_BATCH_SIZE: z.coerce.number().int().min(1).max(5_000).default(2_000),
   /** A longer import line is rejected unread (LINE_TOO_LONG): memory per line stays bounded. */
   IMPORT_MAX_LINE_BYTES: z.coerce.number().int().min(1_024).max(1_048_576).default(65_536),
   /** How long an upload holds its import job without a sign of life; a re-upload may take over after it. */
