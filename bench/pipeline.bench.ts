@@ -37,6 +37,7 @@ import {
   createTaskSignals,
   deadLetterTopic,
   isTransientDbError,
+  limitHeapGrowth,
   loadConfig,
   migrate,
   uuidIds,
@@ -505,7 +506,10 @@ async function main(): Promise<number> {
   // Read before anything runs: the files others edit can change during the run.
   const code = codeUnderTest();
   installTracePropagation();
-  progress(`pipeline bench: events=${N} per round (${DUPLICATES} duplicates, ${DISTINCT} distinct tasks), rounds=${R}, partitions=${P}, warm-up=${WARMUP} events per contender`);
+  // The heap growth a qa-svc process runs with (startService), for both contenders alike.
+  const heapGrowingPercent = QaSvcConfig.shape.HEAP_GROWING_PERCENT.parse(process.env['HEAP_GROWING_PERCENT'] || undefined);
+  limitHeapGrowth(heapGrowingPercent);
+  progress(`pipeline bench: events=${N} per round (${DUPLICATES} duplicates, ${DISTINCT} distinct tasks), rounds=${R}, partitions=${P}, warm-up=${WARMUP} events per contender, HEAP_GROWING_PERCENT=${heapGrowingPercent}`);
   progress(`code: ${code.commit.slice(0, 10)}${code.dirty ? ' + local changes' : ''}; relay.ts ${code.files['libs/outbox/src/relay.ts']}, consume.ts ${code.files['libs/service-kit/src/consume.ts']}, consumer.ts ${code.files['libs/messaging/src/consumer.ts']} (sha256 prefixes, all in the JSON)`);
   progress(`kafka=${BROKERS.join(',')} pg=${redactUrl(PG_URL)} redis=${REDIS_URL} topics=${PREFIX}.* databases=${DB_PREFIX}_* redis namespace=${NS}:*`);
 
@@ -680,7 +684,7 @@ async function main(): Promise<number> {
   const report = {
     startedAt: startedAt.toISOString(),
     command: `npm run bench:pipeline -- ${process.argv.slice(2).join(' ')}`.trim(),
-    args: { events: N, duplicates: DUP_RATE, duplicateMessages: DUPLICATES, distinctTasks: DISTINCT, rounds: R, partitions: P, seed: SEED, warmupEvents: WARMUP },
+    args: { events: N, duplicates: DUP_RATE, duplicateMessages: DUPLICATES, distinctTasks: DISTINCT, rounds: R, partitions: P, seed: SEED, warmupEvents: WARMUP, heapGrowingPercent },
     machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, totalMemBytes: os.totalmem(), platform: `${os.platform()} ${os.release()}`, node: process.version, loadavg: os.loadavg() },
     servers: versions,
     code,

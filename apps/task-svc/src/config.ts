@@ -3,6 +3,12 @@ import { BaseConfig } from '@labelflow/service-kit';
 
 export const TaskSvcConfig = BaseConfig.extend({
   PORT: BaseConfig.shape.PORT.default(3001),
+  /**
+   * A bulk import promotes each batch's lines, drafts and outbox rows to the old generation; with
+   * V8's own growth factor the heap held 280-300 MB of them on a 1,000,000-line upload, with 100
+   * about 200 (service-kit's heap.ts).
+   */
+  HEAP_GROWING_PERCENT: BaseConfig.shape.HEAP_GROWING_PERCENT.default(100),
   /** How long a claim holds the task before it returns to the pool (default 24 h). */
   ASSIGNMENT_LEASE_MS: z.coerce.number().int().min(1).max(30 * 24 * 3600_000).default(24 * 3600_000),
   /** Extra time after the lease before reopening: labels submitted at the last moment are in flight. */

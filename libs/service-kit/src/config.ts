@@ -64,9 +64,10 @@ export const BaseConfig = z.object({
   /**
    * The old generation may grow to (1 + this/100) times what survived V8's last full collection
    * before the next one (heap.ts); 0 leaves V8's own factor, up to 4x. Process-wide: applied by
-   * `startService`.
+   * `startService`. task-svc defaults to 100 for its bulk import's memory; a consumer that catches
+   * up on a backlog pays for it in CPU, so the others default to 0.
    */
-  HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(300).default(100),
+  HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(300).default(0),
   /** How often durable deadlines (assignment leases, review SLAs) are checked. */
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(10).max(3_600_000).default(1_000),
   /** Fault injection for crash tests; never set in production. */

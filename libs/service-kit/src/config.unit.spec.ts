@@ -76,9 +76,9 @@ describe('service-kit: loadConfig', () => {
     }
   });
 
-  it('lets the old generation grow to twice its live heap by default, takes 0 as V8\'s own choice, and refuses a negative, fractional or huge percent', () => {
-    expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ HEAP_GROWING_PERCENT: 100 });
-    expect(loadConfig(BaseConfig, { ...validEnv, HEAP_GROWING_PERCENT: '0' })).toMatchObject({ HEAP_GROWING_PERCENT: 0 });
+  it('leaves the heap growth to V8 by default, takes a percent, and refuses a negative, fractional or huge one', () => {
+    expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ HEAP_GROWING_PERCENT: 0 });
+    expect(loadConfig(BaseConfig, { ...validEnv, HEAP_GROWING_PERCENT: '100' })).toMatchObject({ HEAP_GROWING_PERCENT: 100 });
     for (const bad of ['-1', '1.5', '301', 'lots']) {
       expect((failure({ ...validEnv, HEAP_GROWING_PERCENT: bad }).details as string[]).map((p) => p.split(':')[0]), bad).toEqual(['HEAP_GROWING_PERCENT']);
     }
