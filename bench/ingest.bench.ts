@@ -24,7 +24,7 @@ import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { Kafka, logLevel, Partitioners, type Admin } from 'kafkajs';
-import { fixKafkajsIdleLoop } from '@labelflow/messaging';
+import { createServedTopics, fixKafkajsIdleLoop } from '@labelflow/messaging';
 import pg from 'pg';
 import { buildPrelabelProposed, inputTopicName, prelabelMessage } from '@labelflow/contracts';
 import { composeSnowflake } from '@labelflow/idgen';
@@ -271,7 +271,7 @@ function prelabelMessages(): PrelabelMessages {
  */
 async function producePrelabels(env: Env, prefix: string, m: PrelabelMessages): Promise<PrelabelWork> {
   const topic = inputTopicName(prefix, 'prelabels');
-  await env.admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: PARTITIONS, replicationFactor: 1 }] });
+  await createServedTopics(env.admin, [{ topic, numPartitions: PARTITIONS, replicationFactor: 1 }]);
   env.createdTopics.push(topic);
   const producer = env.kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
   await producer.connect();

@@ -27,7 +27,7 @@ import { Partitioners, type Admin, type Kafka } from 'kafkajs';
 import { LabelSubmitted, TopicSchemas, topicName, type DomainEvent } from '@labelflow/contracts';
 import { createDedupGate, inboxReader } from '@labelflow/dedup';
 import { composeSnowflake } from '@labelflow/idgen';
-import { createConsumerLoop, createKafka, createPublisher, EVENT_TYPE_HEADER } from '@labelflow/messaging';
+import { createConsumerLoop, createKafka, createPublisher, createServedTopics, EVENT_TYPE_HEADER } from '@labelflow/messaging';
 import { countPendingSql, createOutboxRelay } from '@labelflow/outbox';
 import {
   createEmitter,
@@ -559,7 +559,7 @@ async function main(): Promise<number> {
     // go to and the service's dead-letter topic, as ensureTopics would create them.
     for (const prefix of [WARM_PREFIX, PREFIX]) {
       const topics = [topicName(prefix, 'label'), topicName(prefix, 'qa'), deadLetterTopic(prefix, SERVICE)];
-      await admin.createTopics({ waitForLeaders: true, topics: topics.map((topic) => ({ topic, numPartitions: P, replicationFactor: 1 })) });
+      await createServedTopics(admin, topics.map((topic) => ({ topic, numPartitions: P, replicationFactor: 1 })));
       createdTopics.push(...topics);
     }
     const base = Date.now() - 3_600_000;

@@ -16,7 +16,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { Producer, stringSerializers, type MessageToProduce } from '@platformatic/kafka';
 import type { Admin } from 'kafkajs';
-import { createKafka, createPublisher, type KafkaPublisher } from '@labelflow/messaging';
+import { createKafka, createPublisher, createServedTopics, type KafkaPublisher } from '@labelflow/messaging';
 import { countPendingSql, createOutboxRelay, outboxMigrationSql, type Publisher } from '@labelflow/outbox';
 import { createLogger, createMetrics } from '@labelflow/telemetry';
 import { fmtRate, median, positiveInt, redactUrl, runBench, sleep } from './common';
@@ -270,7 +270,7 @@ async function main(): Promise<number> {
 
     const topicsFor = async (tag: string, contender: string) => {
       const names = Object.fromEntries(TOPICS.map((t) => [t, `${TOPIC_PREFIX}-${tag}-${contender}-${t}`]));
-      await admin.createTopics({ waitForLeaders: true, topics: Object.values(names).map((topic) => ({ topic, numPartitions: P, replicationFactor: 1 })) });
+      await createServedTopics(admin, Object.values(names).map((topic) => ({ topic, numPartitions: P, replicationFactor: 1 })));
       created.push(...Object.values(names));
       return names;
     };

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import { createMetrics } from '@labelflow/telemetry';
 import { captureLogs, eventually, metricValue, produceRaw, produceWithJavaClient, readTopic, uniqueName } from '@labelflow/testing';
-import { createConsumerLoop, createKafka, ensureTopics, type ConsumerLoop } from './index';
+import { createConsumerLoop, createKafka, createServedTopics, ensureTopics, type ConsumerLoop } from './index';
 
 const infra = inject('infra');
 const logger = captureLogs({ service: 'consumer-test' }).logger;
@@ -170,10 +170,7 @@ describe('the consumer loop', () => {
     const admin = kafka.admin();
     await admin.connect();
     try {
-      await admin.createTopics({
-        waitForLeaders: true,
-        topics: [{ topic, numPartitions: 1 }, { topic: dlq, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '2048' }] }],
-      });
+      await createServedTopics(admin, [{ topic, numPartitions: 1 }, { topic: dlq, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '2048' }] }]);
     } finally {
       await admin.disconnect();
     }

@@ -9,6 +9,8 @@ export const MessagingErrors = {
   UNBOUND_TOPIC: 'MESSAGING_UNBOUND_TOPIC',
   /** The broker or the network refused a send (PublishError, whose `type` names the broker's answer). */
   PUBLISH_FAILED: 'MESSAGING_PUBLISH_FAILED',
+  /** Topics were created but the broker did not serve them with leaders in time (`ensureTopics`). */
+  TOPICS_NOT_SERVED: 'MESSAGING_TOPICS_NOT_SERVED',
 } as const;
 export type MessagingErrorCode = (typeof MessagingErrors)[keyof typeof MessagingErrors];
 

@@ -1,5 +1,6 @@
 import { Kafka, logLevel, type Admin, type ITopicConfig, type LogEntry, type SASLOptions } from 'kafkajs';
 import type { Logger } from '@labelflow/telemetry';
+import { MessagingError, MessagingErrors } from './errors';
 import { fixKafkajsIdleLoop, KafkajsIdleLoopFix, KAFKAJS_FIXED_VERSION } from './kafkajs-idle-loop';
 
 export type { Kafka } from 'kafkajs';
@@ -66,18 +67,71 @@ export function createKafka({ brokers, clientId, logger, sasl, ssl = false }: Ka
   });
 }
 
-/** Creates missing topics; existing ones are left as they are. */
-export async function ensureTopics(kafka: Kafka, topics: readonly string[], numPartitions: number): Promise<void> {
+/**
+ * Broker answers that mean "created, but not served yet". A KRaft broker applies the controller's
+ * metadata records asynchronously: for a moment after CreateTopics it answers Metadata for the new
+ * topic with UNKNOWN_TOPIC_OR_PARTITION. kafkajs's own `waitForLeaders` retries only
+ * LEADER_NOT_AVAILABLE and gives up on the other, so a loaded broker made a service fail at start.
+ */
+const TOPIC_NOT_YET_SERVED: ReadonlySet<string> = new Set(['UNKNOWN_TOPIC_OR_PARTITION', 'LEADER_NOT_AVAILABLE']);
+
+export interface EnsureTopicsOptions {
+  /** How long the broker may take to serve every topic with a leader before the start fails. */
+  readonly timeoutMs?: number;
+  readonly pollMs?: number;
+}
+
+/**
+ * Creates missing topics (existing ones are left as they are) and waits until each is served,
+ * so consumers and producers started next find them.
+ */
+export async function ensureTopics(kafka: Kafka, topics: readonly string[], numPartitions: number, options: EnsureTopicsOptions = {}): Promise<void> {
   const admin: Admin = kafka.admin();
   await admin.connect();
   try {
     const existing = new Set(await admin.listTopics());
     const missing: ITopicConfig[] = topics.filter((t) => !existing.has(t)).map((topic) => ({ topic, numPartitions, replicationFactor: 1 }));
-    if (missing.length > 0) await admin.createTopics({ topics: missing, waitForLeaders: true });
+    await createServedTopics(admin, missing, options);
+    await waitForTopicLeaders(admin, topics, options);
   } finally {
     await admin.disconnect();
   }
 }
+
+/**
+ * `admin.createTopics` that resolves only once the broker serves every new topic with a leader on
+ * each partition. Several services start at once and create the same topics: kafkajs answers
+ * false, not an error, when every one of them exists already.
+ */
+export async function createServedTopics(admin: Admin, topics: readonly ITopicConfig[], options: EnsureTopicsOptions = {}): Promise<void> {
+  if (topics.length === 0) return;
+  await admin.createTopics({ topics: [...topics], waitForLeaders: false });
+  await waitForTopicLeaders(admin, topics.map((t) => t.topic), options);
+}
+
+/** Resolves once every topic is served with a leader on each partition; retries only "not yet" answers. */
+export async function waitForTopicLeaders(admin: Admin, topics: readonly string[], { timeoutMs = 30_000, pollMs = 100 }: EnsureTopicsOptions = {}): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const pending = await topicsWithoutLeaders(admin, topics);
+    if (pending.length === 0) return;
+    if (Date.now() >= deadline) {
+      throw new MessagingError(MessagingErrors.TOPICS_NOT_SERVED, `topics not served with a leader after ${timeoutMs} ms: ${pending.join(', ')}`, { retriable: true, details: { pending } });
+    }
+    await new Promise((resolve) => setTimeout(resolve, pollMs));
+  }
+}
+
+const topicsWithoutLeaders = async (admin: Admin, topics: readonly string[]): Promise<readonly string[]> => {
+  try {
+    const { topics: served } = await admin.fetchTopicMetadata({ topics: [...topics] });
+    const ready = new Set(served.filter((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0)).map((t) => t.name));
+    return topics.filter((t) => !ready.has(t));
+  } catch (error) {
+    if (TOPIC_NOT_YET_SERVED.has((error as { type?: string }).type ?? '')) return topics;
+    throw error;
+  }
+};
 
 /** Answers when a broker serves metadata requests; used by readiness probes. */
 export async function pingKafka(admin: Admin): Promise<void> {

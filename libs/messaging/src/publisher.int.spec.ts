@@ -1,7 +1,7 @@
 import { Partitioners, type Kafka } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { captureLogs, sparePort, uniqueName } from '@labelflow/testing';
-import { createKafka, createPublisher, ensureTopics, PublishError, type KafkaPublisher, type OutgoingMessage } from './index';
+import { createKafka, createPublisher, createServedTopics, ensureTopics, PublishError, type KafkaPublisher, type OutgoingMessage } from './index';
 
 const infra = inject('infra');
 const brokers = infra.kafkaBrokers.split(',');
@@ -80,7 +80,7 @@ describe('the Kafka publisher (createPublisher)', () => {
     const admin = kafka.admin();
     await admin.connect();
     try {
-      await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 2, configEntries: [{ name: 'max.message.bytes', value: '2048' }] }] });
+      await createServedTopics(admin, [{ topic, numPartitions: 2, configEntries: [{ name: 'max.message.bytes', value: '2048' }] }]);
     } finally {
       await admin.disconnect();
     }

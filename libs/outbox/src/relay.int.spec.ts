@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
-import { createKafka, createPublisher, ensureTopics, type KafkaPublisher } from '@labelflow/messaging';
+import { createKafka, createPublisher, createServedTopics, ensureTopics, type KafkaPublisher } from '@labelflow/messaging';
 import { createMetrics } from '@labelflow/telemetry';
 import { captureLogs, createTestDatabase, eventually, metricValue, readAll, readTopic, uniqueName, createTestPool } from '@labelflow/testing';
 import {
@@ -114,7 +114,7 @@ describe('the outbox relay', () => {
     const admin = kafka.admin();
     await admin.connect();
     try {
-      await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 3, configEntries }] });
+      await createServedTopics(admin, [{ topic, numPartitions: 3, configEntries }]);
     } finally {
       await admin.disconnect();
     }

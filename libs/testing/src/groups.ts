@@ -1,4 +1,5 @@
 import { AssignerProtocol, Kafka, logLevel, type PartitionAssigner } from 'kafkajs';
+import { createServedTopics } from '@labelflow/messaging';
 import { eventually } from './eventually';
 import { uniqueName } from './names';
 
@@ -33,7 +34,7 @@ export async function holdConsumerGroup(brokers: string, groupId: string, { time
   const admin = kafka.admin();
   await admin.connect();
   try {
-    await admin.createTopics({ topics: [{ topic, numPartitions: 1 }], waitForLeaders: true });
+    await createServedTopics(admin, [{ topic, numPartitions: 1 }]);
   } finally {
     await admin.disconnect();
   }

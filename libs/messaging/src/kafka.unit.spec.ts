@@ -1,0 +1,67 @@
+import type { Admin, PartitionMetadata } from 'kafkajs';
+import { describe, expect, it } from 'vitest';
+import { MessagingErrors } from './errors';
+import { createServedTopics, waitForTopicLeaders } from './kafka';
+
+type MetadataAnswer = Readonly<Record<string, readonly number[]>> | { readonly type: string; readonly message: string };
+
+const partition = (partitionId: number, leader: number): PartitionMetadata => ({ partitionId, leader, replicas: [1], isr: [1], partitionErrorCode: 0, offlineReplicas: [] });
+
+/** A broker that answers each Metadata request with the next scripted answer (the last one repeats). */
+const scriptedAdmin = (answers: readonly MetadataAnswer[]) => {
+  const calls = { metadata: 0, created: [] as unknown[] };
+  const admin = {
+    createTopics: async (request: unknown) => {
+      calls.created.push(request);
+      return true;
+    },
+    fetchTopicMetadata: async ({ topics }: { topics: string[] }) => {
+      const answer = answers[Math.min(calls.metadata++, answers.length - 1)]!;
+      if ('type' in answer) throw Object.assign(new Error(answer.message as string), { type: answer.type });
+      const leaders = answer as Readonly<Record<string, readonly number[]>>;
+      return { topics: topics.filter((t) => t in leaders).map((name) => ({ name, partitions: leaders[name]!.map((leader, i) => partition(i, leader)) })) };
+    },
+  };
+  return { admin: admin as unknown as Admin, calls };
+};
+
+const notYet = { type: 'UNKNOWN_TOPIC_OR_PARTITION', message: 'This server does not host this topic-partition' };
+
+describe('waiting for new topics to be served', () => {
+  it('waits through the broker answering UNKNOWN_TOPIC_OR_PARTITION for a topic it has just created', async () => {
+    const { admin, calls } = scriptedAdmin([notYet, notYet, { a: [1, 1], b: [1] }]);
+    await waitForTopicLeaders(admin, ['a', 'b'], { pollMs: 1 });
+    expect(calls.metadata).toBe(3);
+  });
+
+  it('waits until every partition of every topic has a leader', async () => {
+    const { admin, calls } = scriptedAdmin([{ a: [1, -1] }, { a: [1, 1] }, { a: [1, 1], b: [1] }]);
+    await waitForTopicLeaders(admin, ['a', 'b'], { pollMs: 1 });
+    expect(calls.metadata).toBe(3);
+  });
+
+  it('fails at once on an answer that is not "not yet"', async () => {
+    const { admin, calls } = scriptedAdmin([{ type: 'TOPIC_AUTHORIZATION_FAILED', message: 'Not authorized to access topics' }]);
+    await expect(waitForTopicLeaders(admin, ['a'], { pollMs: 1 })).rejects.toThrow('Not authorized');
+    expect(calls.metadata).toBe(1);
+  });
+
+  it('fails with TOPICS_NOT_SERVED naming the topics still without a leader when the time is up', async () => {
+    const { admin } = scriptedAdmin([{ a: [1], b: [-1] }]);
+    const error = await waitForTopicLeaders(admin, ['a', 'b'], { timeoutMs: 20, pollMs: 5 }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: MessagingErrors.TOPICS_NOT_SERVED, retriable: true, details: { pending: ['b'] } });
+  });
+
+  it('creates topics without kafkajs own wait and then waits for them itself', async () => {
+    const { admin, calls } = scriptedAdmin([notYet, { a: [1, 1, 1] }]);
+    await createServedTopics(admin, [{ topic: 'a', numPartitions: 3 }], { pollMs: 1 });
+    expect(calls.created).toEqual([{ topics: [{ topic: 'a', numPartitions: 3 }], waitForLeaders: false }]);
+    expect(calls.metadata).toBe(2);
+  });
+
+  it('asks nothing of the broker when there is no topic to create', async () => {
+    const { admin, calls } = scriptedAdmin([notYet]);
+    await createServedTopics(admin, []);
+    expect(calls).toEqual({ metadata: 0, created: [] });
+  });
+});
