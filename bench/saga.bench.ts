@@ -457,6 +457,8 @@ interface StepResult {
   readonly launchLagMs: { p99: number; max: number };
   readonly httpPerStep: number;
   readonly httpByStep: Partial<Record<Step, StepTally>>;
+  /** Per step, the time completed sagas spent in it: where a saga's latency goes. */
+  readonly stepLatencyMs: Partial<Record<Step, { p50: number; p99: number; max: number }>>;
   /** 429 RATE_LIMITED answers (waited out and sent again; included in the requests per step). */
   readonly rateLimited: number;
   /** Services whose /metrics could not be read (their counters are missing from serviceOutcomes and dedupTiers). */
@@ -593,10 +595,20 @@ async function runStep(env: Env, kind: StepResult['kind'], label: string, rate: 
   const httpByStep: Partial<Record<Step, StepTally>> = {};
   for (const r of records) {
     for (const [step, t] of Object.entries(r.byStep ?? {}) as [Step, StepTally][]) {
-      const was = httpByStep[step] ?? { steps: 0, requests: 0 };
-      httpByStep[step] = { steps: was.steps + t.steps, requests: was.requests + t.requests };
+      const was = httpByStep[step] ?? { steps: 0, requests: 0, ms: 0 };
+      httpByStep[step] = { steps: was.steps + t.steps, requests: was.requests + t.requests, ms: was.ms + t.ms };
     }
   }
+  const perStep = new Map<Step, number[]>();
+  for (const r of completedRecs) {
+    for (const [step, t] of Object.entries(r.byStep ?? {}) as [Step, StepTally][]) perStep.set(step, [...(perStep.get(step) ?? []), t.ms]);
+  }
+  const stepLatencyMs = Object.fromEntries(
+    [...perStep].map(([step, ms]) => {
+      const sorted = ms.sort((a, b) => a - b);
+      return [step, { p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted.at(-1) ?? NaN }];
+    }),
+  ) as StepResult['stepLatencyMs'];
   const tot = Object.values(httpByStep).reduce((a, t) => ({ steps: a.steps + t.steps, requests: a.requests + t.requests }), { steps: 0, requests: 0 });
   const cpu = cpuDelta(before, after);
   const perSaga = Object.fromEntries(Object.entries(cpu.ms).map(([k, v]) => [k, completed > 0 && v !== undefined ? v / completed : NaN])) as Partial<Record<Column | 'driver', number>>;
@@ -628,6 +640,7 @@ async function runStep(env: Env, kind: StepResult['kind'], label: string, rate: 
     launchLagMs: { p99: percentile(lags, 99), max: lags.at(-1) ?? NaN },
     httpPerStep: tot.steps === 0 ? NaN : tot.requests / tot.steps,
     httpByStep,
+    stepLatencyMs,
     rateLimited,
     metricsErrors: [...new Set([...metricsBefore.failed, ...metricsAfter.failed])],
     duplicated,
@@ -958,6 +971,11 @@ async function main(): Promise<number> {
     console.log(
       `LATENCY at half load (${fmtRate(half.rate)} sagas/s, ${half.completed} sagas, ${half.errors} errors): p50 ${fmtMs(half.latencyMs.p50)}, p99 ${fmtMs(half.latencyMs.p99)} vs target p99 < ${P99_TARGET_MS} ms → ` +
         `${half.errors === 0 && half.latencyMs.p99 < P99_TARGET_MS ? 'PASS' : 'MISS'}${best === 0 ? ' (no sustained rate: this is half of the lowest offered rate)' : ''}`,
+    );
+    console.log(
+      `  by step (p50 / p99 / max): ${Object.entries(half.stepLatencyMs)
+        .map(([step, l]) => `${step} ${fmtMs(l.p50)} / ${fmtMs(l.p99)} / ${fmtMs(l.max)}`)
+        .join(', ')}`,
     );
   } else {
     console.log('LATENCY at half load: not measured (the run stopped before it)');

@@ -132,8 +132,8 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
   const byStep: Partial<Record<Step, StepTally>> = {};
   for (const run of runs) {
     for (const [step, t] of Object.entries(run.byStep) as [Step, StepTally][]) {
-      const was = byStep[step] ?? { steps: 0, requests: 0 };
-      byStep[step] = { steps: was.steps + t.steps, requests: was.requests + t.requests };
+      const was = byStep[step] ?? { steps: 0, requests: 0, ms: 0 };
+      byStep[step] = { steps: was.steps + t.steps, requests: was.requests + t.requests, ms: was.ms + t.ms };
     }
   }
   const totals = Object.values(byStep).reduce((acc, t) => ({ steps: acc.steps + t.steps, requests: acc.requests + t.requests }), { steps: 0, requests: 0 });

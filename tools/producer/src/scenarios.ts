@@ -31,6 +31,8 @@ export type Step = (typeof Step)[keyof typeof Step];
 export interface StepTally {
   readonly steps: number;
   readonly requests: number;
+  /** Time spent in the step, from its first request to its answer (every time it was taken). */
+  readonly ms: number;
 }
 
 export interface Services {
@@ -160,8 +162,8 @@ export async function runScenario(ctx: ScenarioContext, scenario: Scenario, i: n
   const byStep: Partial<Record<Step, StepTally>> = {};
   let current: Step = Step.create;
   const tally = (step: Step, add: Partial<StepTally>) => {
-    const was = byStep[step] ?? { steps: 0, requests: 0 };
-    byStep[step] = { steps: was.steps + (add.steps ?? 0), requests: was.requests + (add.requests ?? 0) };
+    const was = byStep[step] ?? { steps: 0, requests: 0, ms: 0 };
+    byStep[step] = { steps: was.steps + (add.steps ?? 0), requests: was.requests + (add.requests ?? 0), ms: was.ms + (add.ms ?? 0) };
   };
   const count = () => tally(current, { requests: 1 });
   const clients = new Map<Actor, Services>();
@@ -176,10 +178,15 @@ export async function runScenario(ctx: ScenarioContext, scenario: Scenario, i: n
     admin: as(ctx.cast.admin),
     annotator: (n) => as(pick(ctx.cast.annotators, n, 'annotator')),
   };
-  const step = <T>(name: Step, run: () => Promise<T>): Promise<T> => {
+  const step = async <T>(name: Step, run: () => Promise<T>): Promise<T> => {
     current = name;
     tally(name, { steps: 1 });
-    return run();
+    const began = performance.now();
+    try {
+      return await run();
+    } finally {
+      tally(name, { ms: performance.now() - began });
+    }
   };
   let taskId: string | undefined;
   try {
