@@ -26,14 +26,15 @@ export interface KeyClaim {
 
 export type KeyedRun = { readonly kind: 'existing'; readonly existing: IdempotencyRecord } | { readonly kind: 'ran'; readonly result: StoredResponse };
 
-type TransactionBody = <T>(fn: () => Promise<T>) => Promise<T>;
+/** Runs the command's body on the transaction's client (the plugin adds the request). */
+type TransactionBody = <T>(fn: () => Promise<T>, tx: pg.PoolClient) => Promise<T>;
 
 // Nothing of a command that answered ≥ 500 persists: like a throw, it is rolled back.
 const committable = (result: StoredResponse) => result.status < 500;
 
 /** The command in a plain transaction, with nothing stored: a route where the key is optional and none came. */
 export function runUnkeyed(pool: pg.Pool, command: IdempotentCommand, body: TransactionBody): Promise<StoredResponse> {
-  return withTransaction(pool, async (tx) => asStored(await body(() => command(tx, undefined))), { commitIf: committable });
+  return withTransaction(pool, async (tx) => asStored(await body(() => command(tx, undefined), tx)), { commitIf: committable });
 }
 
 /**
@@ -54,7 +55,7 @@ export function runKeyed(pool: pg.Pool, command: IdempotentCommand, body: Transa
         throw isLockTimeout(error) ? new ClaimTimedOut(error) : error;
       }
       if (found) return { kind: 'existing', existing: found };
-      const result = asStored(await body(() => command(tx, claim.key)));
+      const result = asStored(await body(() => command(tx, claim.key), tx));
       if (committable(result)) await completeIdempotencyKey(tx, claim.scope, claim.key, result);
       return { kind: 'ran', result };
     },

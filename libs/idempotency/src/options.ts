@@ -27,8 +27,11 @@ export interface IdempotencyPluginOptions {
    * something the client merely asserts: a key is only ever replayed to whoever first used it.
    */
   readonly callerOf: (request: FastifyRequest) => string;
-  /** Wraps the command as a transaction body (the host's guard against a second connection). */
-  readonly transactionBody?: <T>(fn: () => Promise<T>) => Promise<T>;
+  /**
+   * Wraps the command inside its transaction, told the request and the transaction's client: the
+   * services give the client the request's trace there, for the events the command emits.
+   */
+  readonly transactionBody?: TransactionBody;
 }
 
 export interface IdempotentOptions {
@@ -103,3 +106,10 @@ export function resolveOptions(options: IdempotencyPluginOptions): ResolvedOptio
     now: options.now ?? Date.now,
   };
 }
+
+/** What a command runs in: its request and the client of its transaction. */
+export interface CommandScope {
+  readonly request: FastifyRequest;
+  readonly tx: pg.PoolClient;
+}
+export type TransactionBody = <T>(fn: () => Promise<T>, scope: CommandScope) => Promise<T>;

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { PoolClient } from 'pg';
 import { BreakerState, createRedisGuard } from '@labelflow/plumbing';
 import { IdempotencyError, IdempotencyErrors } from './errors';
 import { ClaimTimedOut, runKeyed, runUnkeyed, type KeyedRun } from './command-transaction';
@@ -20,7 +21,12 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
   const { ttlMs, lockMs, redisTimeoutMs, breaker, now } = resolveOptions(options);
   const { pool, namespace, logger } = options;
   const callerFor = options.callerOf;
-  const body = options.transactionBody ?? ((fn) => fn());
+  const wrap = options.transactionBody;
+  /** The command's body for one request: the host's wrapper, told the request and the client. */
+  const bodyOf =
+    (request: FastifyRequest) =>
+    <T>(fn: () => Promise<T>, tx: PoolClient): Promise<T> =>
+      wrap ? wrap(fn, { request, tx }) : fn();
   const log = logger.child({ component: 'idempotency' });
 
   const requests = options.metrics?.counter('idempotency_requests_total', 'Requests through the Idempotency-Key layer, by outcome', ['outcome']);
@@ -65,10 +71,10 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
   }
 
   /** No header where the key is optional: the command runs in a plain transaction, nothing stored. */
-  async function unkeyed(reply: FastifyReply, command: IdempotentCommand): Promise<FastifyReply> {
+  async function unkeyed(request: FastifyRequest, reply: FastifyReply, command: IdempotentCommand): Promise<FastifyReply> {
     let result: StoredResponse;
     try {
-      result = await runUnkeyed(pool, command, body);
+      result = await runUnkeyed(pool, command, bodyOf(request));
     } catch (error) {
       count(IdempotencyOutcome.failed);
       throw error;
@@ -83,7 +89,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     const header = request.headers[IDEMPOTENCY_KEY_HEADER];
 
     if (header === undefined) {
-      if (!opts.required) return unkeyed(reply, command);
+      if (!opts.required) return unkeyed(request, reply, command);
       count(IdempotencyOutcome.missing);
       return sendProblem(reply, IdempotencyErrors.KEY_REQUIRED, 'this endpoint requires an Idempotency-Key header; send a unique key per operation and reuse it on every retry');
     }
@@ -127,7 +133,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     const expiresAt = new Date(createdAt + ttlMs);
     let run: KeyedRun;
     try {
-      run = await runKeyed(pool, command, body, { scope, key, fingerprint, now: new Date(createdAt), expiresAt, waitMs });
+      run = await runKeyed(pool, command, bodyOf(request), { scope, key, fingerprint, now: new Date(createdAt), expiresAt, waitMs });
     } catch (error) {
       await releaseLock();
       if (error instanceof ClaimTimedOut) {

@@ -3,8 +3,15 @@ import type pg from 'pg';
 import { withChildSpan, type TraceSpan } from '@labelflow/telemetry';
 import { PlumbingError, PlumbingErrors, requirePositiveInteger } from './errors';
 
-/** Set while a transaction body runs: the code inside must use its client, never the pool. */
-const inTransaction = new AsyncLocalStorage<true>();
+/**
+ * Set while a transaction body runs: the code inside must use its client, never the pool.
+ *
+ * Created on first use, not at import: on Node 20, once any AsyncLocalStorage has run, every
+ * promise the process creates pays V8's promise hook (a bare `await` costs 2.5 times as much; an
+ * HTTP command of task-svc about 7 % more CPU). So only a process that asked for the guard
+ * (`refuseNestedConnections`) ever creates it.
+ */
+let inTransaction: AsyncLocalStorage<true> | undefined;
 
 /**
  * Runs `fn` as the body of a transaction. On a pool passed through `refuseNestedConnections`,
@@ -12,16 +19,23 @@ const inTransaction = new AsyncLocalStorage<true>();
  * waiting for a second starves the pool as soon as enough of them run together, which no test sees
  * until the load is high.
  */
-export const asTransactionBody = <T>(fn: () => Promise<T>): Promise<T> => inTransaction.run(true, fn);
+export const asTransactionBody = <T>(fn: () => Promise<T>): Promise<T> => (inTransaction ??= new AsyncLocalStorage<true>()).run(true, fn);
+
+/** Pools passed through `refuseNestedConnections`: only their transactions run as marked bodies. */
+const GUARDED = Symbol.for('labelflow.plumbing.refuses-nested-connections');
+const isGuarded = (pool: pg.Pool): boolean => (pool as pg.Pool & { [GUARDED]?: true })[GUARDED] === true;
 
 /**
  * Makes `pool.connect` (and so `pool.query`) fail with NESTED_CONNECTION when called inside a
  * transaction body, with a promise or a callback as the caller used it. Returns the same pool.
+ * The check costs every promise of the process some CPU on Node 20 (see `inTransaction`): the
+ * services turn it on in tests (`DB_REFUSE_NESTED_CONNECTIONS`), where it finds the mistake.
  */
 export function refuseNestedConnections(pool: pg.Pool): pg.Pool {
+  (pool as pg.Pool & { [GUARDED]?: true })[GUARDED] = true;
   const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
   pool.connect = ((...args: unknown[]) => {
-    if (inTransaction.getStore()) {
+    if (inTransaction?.getStore()) {
       const error = new PlumbingError(PlumbingErrors.NESTED_CONNECTION, 'a second pool connection was requested inside a transaction: use the transaction client');
       if (typeof args[0] === 'function') return void (args[0] as (e: Error) => void)(error);
       return Promise.reject(error);
@@ -62,7 +76,7 @@ export interface TransactionOptions<T> {
 
 /**
  * Runs `fn` in one transaction on a client of `pool`: BEGIN, the body (as a transaction body, see
- * `asTransactionBody`), then COMMIT, or ROLLBACK when it throws (rethrown) or `commitIf` says no.
+ * `asTransactionBody`, when the pool refuses nested connections), then COMMIT, or ROLLBACK when it throws (rethrown) or `commitIf` says no.
  * The client goes back to the pool, unless even the ROLLBACK failed: a connection that cannot roll
  * back is broken and is discarded, not handed to the next caller.
  */
@@ -76,7 +90,7 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) 
 async function transact<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>, { lockTimeoutMs, commitIf }: TransactionOptions<T>, span: TraceSpan | undefined): Promise<T> {
   return onClient(pool, async (client) => {
     await client.query(beginSql(lockTimeoutMs));
-    const result = await asTransactionBody(() => fn(client));
+    const result = await (isGuarded(pool) ? asTransactionBody(() => fn(client)) : fn(client));
     const commit = !commitIf || commitIf(result);
     await client.query(commit ? 'COMMIT' : 'ROLLBACK');
     span?.annotate({}, { 'labelflow.db.outcome': commit ? 'commit' : 'rollback' });

@@ -68,6 +68,13 @@ export const BaseConfig = z.object({
    * up on a backlog pays for it in CPU, so the others default to 0.
    */
   HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(300).default(0),
+  /**
+   * A pool connection asked for inside a transaction body fails at once (NESTED_CONNECTION) instead
+   * of starving the pool under load. The check keeps an AsyncLocalStorage, which on Node 20 costs
+   * every promise of the process (about 7 % of an HTTP command's CPU), so it is off by
+   * default and on in every test (libs/testing), where the mistake is found.
+   */
+  DB_REFUSE_NESTED_CONNECTIONS: z.enum(['true', 'false']).default('false').transform((v) => v === 'true'),
   /** How often durable deadlines (assignment leases, review SLAs) are checked. */
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(10).max(3_600_000).default(1_000),
   /** Fault injection for crash tests; never set in production. */

@@ -31,7 +31,7 @@ describe('the exactly-once shell on real Kafka, PostgreSQL and Redis', () => {
   beforeAll(async () => {
     const db = await createTestDatabase(infra.pgUrl, uniqueName('shell'));
     drop = db.drop;
-    pool = createPool(db.url);
+    pool = createPool(db.url, { refuseNestedConnections: true });
     await migrate(pool, coreMigrations);
     await pool.query('CREATE TABLE counters (task_id text PRIMARY KEY, reopens int NOT NULL, attempt int NOT NULL)');
     redis = new Redis(infra.redisUrl, { lazyConnect: true, maxRetriesPerRequest: 0 });

@@ -13,7 +13,7 @@ describe('the service pool', () => {
     const db = await createTestDatabase(infra.pgUrl, uniqueName('pool'));
     drop = db.drop;
     poolUrl = db.url;
-    pool = createPool(db.url, 2);
+    pool = createPool(db.url, { max: 2, refuseNestedConnections: true });
   });
   afterAll(async () => {
     await pool.end();
@@ -56,7 +56,7 @@ describe('the service pool', () => {
 
 describe('isTransientDbError on errors from real servers', () => {
   const errorOf = async (url: string, sql: string) => {
-    const pool = createPool(url, 1);
+    const pool = createPool(url, { max: 1, refuseNestedConnections: true });
     // The sentinel is thrown outside the catch: a query that succeeds must fail the test, not be
     // returned as if it were the error under test.
     const outcome = await pool.query(sql).then(

@@ -7,7 +7,13 @@ export type PoolClient = pg.PoolClient;
 // The one home of these is @labelflow/plumbing; apps keep importing them from here.
 export { asTransactionBody, isTransientDbError, pgArray, runInOwnTransaction, withTransaction, type Queryable, type TransactionOptions } from '@labelflow/plumbing';
 
-export function createPool(connectionString: string, max = 10): pg.Pool {
+export interface PoolOptions {
+  readonly max?: number;
+  /** Fail a second connection asked for inside a transaction body (`refuseNestedConnections`). */
+  readonly refuseNestedConnections?: boolean;
+}
+
+export function createPool(connectionString: string, { max = 10, refuseNestedConnections: refuseNested = false }: PoolOptions = {}): pg.Pool {
   const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis: 5_000 });
   // An idle client losing its server must not crash the process: the next query reconnects.
   pool.on('error', () => undefined);
@@ -18,7 +24,7 @@ export function createPool(connectionString: string, max = 10): pg.Pool {
   // Parse and plan each statement once per connection, not once per call.
   usePreparedStatements(pool);
   // A second connection asked for inside a transaction fails at once, not only under load.
-  return refuseNestedConnections(pool);
+  return refuseNested ? refuseNestedConnections(pool) : pool;
 }
 
 /** Creates the database named in `url` when it does not exist yet (one database per service). */

@@ -45,7 +45,7 @@ describe('execute against real PostgreSQL compare-and-set', () => {
   beforeAll(async () => {
     const db = await createTestDatabase(infra.pgUrl, uniqueName('decider'));
     drop = db.drop;
-    pool = createPool(db.url, 2);
+    pool = createPool(db.url, { max: 2, refuseNestedConnections: true });
     await pool.query('CREATE TABLE slots (id text PRIMARY KEY, holder text, version int NOT NULL)');
     // A second session that is not the service pool: the racing writer.
     other = new pg.Client({ connectionString: db.url });

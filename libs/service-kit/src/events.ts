@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { TopicSchemas, topicName, topicOf, type DomainEvent, type EventId } from '@labelflow/contracts';
 import { enqueue, serializeOutboxRows, type Notification, type OutboxMessage } from '@labelflow/outbox';
-import { currentTraceHeaders } from '@labelflow/telemetry';
+import { currentTraceHeaders, type TraceHeaders } from '@labelflow/telemetry';
 import type { Queryable } from './db';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 import type { RuntimeName } from './runtime/definition';
@@ -60,6 +60,8 @@ export interface PreparedEvents {
 export type Prepare = (drafts: readonly EventDraft[], causationId?: string, options?: PrepareOptions) => Promise<PreparedEvents>;
 
 export interface PrepareOptions {
+  /** The trace the events continue; the active context's when absent (see `requestTrace`). */
+  readonly trace?: TraceHeaders;
   /**
    * Which drafts are checked against their schema. `each` (the default) checks every one. `first`
    * is for many drafts made by one builder from input that was itself validated against limits at
@@ -68,6 +70,28 @@ export interface PrepareOptions {
    * again costs 3-5 µs an event for nothing. The builder's own tests must prove the inclusion.
    */
   readonly check?: 'each' | 'first';
+}
+
+/** Where `withEmitTrace` leaves a request's trace on the client of its transaction. */
+const EMIT_TRACE = Symbol('labelflow.emit-trace');
+type TraceCarrier = { [EMIT_TRACE]?: TraceHeaders };
+
+/**
+ * Runs `fn` with `trace` as the trace of what is emitted on `tx` without a trace of its own. An
+ * HTTP command's transaction gets its request's trace this way when nothing records spans: an
+ * active context per request would need an AsyncLocalStorage, which on Node 20 makes every
+ * promise of the process dearer (see @labelflow/plumbing's transaction.ts). `undefined` leaves
+ * the active context's trace, as when a tracer records.
+ */
+export async function withEmitTrace<T>(tx: Queryable, trace: TraceHeaders | undefined, fn: () => Promise<T>): Promise<T> {
+  if (trace === undefined) return fn();
+  const carrier = tx as TraceCarrier;
+  carrier[EMIT_TRACE] = trace;
+  try {
+    return await fn();
+  } finally {
+    delete carrier[EMIT_TRACE];
+  }
 }
 
 /**
@@ -101,12 +125,12 @@ export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly e
     return topic;
   };
   /** The groups' drafts as checked events and their outbox messages, in order. */
-  const build = async (groups: readonly DraftGroup[], checkAll = true) => {
+  const build = async (groups: readonly DraftGroup[], checkAll = true, fallbackTrace?: TraceHeaders) => {
     const events: DomainEvent[] = [];
     const messages: OutboxMessage[] = [];
     // Events written in one transaction happen at one instant.
     const occurredAt = deps.now().toISOString();
-    for (const { drafts, causationId, trace = currentTraceHeaders() } of groups) {
+    for (const { drafts, causationId, trace = fallbackTrace ?? currentTraceHeaders() } of groups) {
       // A group's events of one type share one headers object (read-only from here on), so that
       // serializeOutboxRows writes their JSON once: an import batch is 1,000 TaskCreated.
       const headersOf = new Map<string, Readonly<Record<string, string>>>();
@@ -133,13 +157,13 @@ export function createEmitter(deps: EmitDeps): { readonly emit: Emit; readonly e
     return { events, messages };
   };
   const emitMany: EmitMany = async (tx, groups, also) => {
-    const { events, messages } = await build(groups);
+    const { events, messages } = await build(groups, true, (tx as TraceCarrier)[EMIT_TRACE]);
     await enqueue(tx, deps.channel, messages, also);
     return events;
   };
   const emit: Emit = (tx, drafts, causationId, also) => emitMany(tx, [{ drafts, ...(causationId ? { causationId } : {}) }], also);
   const prepare: Prepare = async (drafts, causationId, options) => {
-    const { events, messages } = await build([{ drafts, ...(causationId ? { causationId } : {}) }], options?.check !== 'first');
+    const { events, messages } = await build([{ drafts, ...(causationId ? { causationId } : {}) }], options?.check !== 'first', options?.trace);
     return { events, outbox: { rows: serializeOutboxRows(messages), channel: deps.channel } };
   };
   return { emit, emitMany, prepare };

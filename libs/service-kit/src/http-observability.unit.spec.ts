@@ -4,7 +4,7 @@ import { createTokenVerifier, generateSigningKey, issueToken, type AuthHookOptio
 import { createMetrics, currentTraceHeaders, installTracePropagation, startTracing, type Tracing } from '@labelflow/telemetry';
 import { captureLogs } from '@labelflow/testing';
 import { BaseConfig, loadConfig } from './config';
-import { createHttpApp, createMetricsApp } from './http';
+import { createHttpApp, createMetricsApp, requestTrace } from './http';
 
 const ISSUER = 'observability-test-issuer';
 const AUDIENCE = 'observability-test';
@@ -24,7 +24,9 @@ const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736';
 /** An app with one task route that answers what trace context its handler ran in. */
 async function appWithRoutes(metrics = createMetrics({ service: 'http-test', defaults: false })) {
   const app = createHttpApp({ logger: logger(), readiness: {}, auth, metrics });
-  app.post('/tasks/:taskId/claim', async () => currentTraceHeaders());
+  // What an emitter inside the handler continues: the request's trace, else the active context's.
+  app.post('/tasks/:taskId/claim', async (request) => requestTrace(request) ?? currentTraceHeaders());
+  app.post('/active', async () => currentTraceHeaders());
   app.post('/tasks', async (_request, reply) => reply.status(201).send({ taskId: '9001', projectId: 'c6c7d0a2-1b2c-4d5e-8f90-abcdef012345' }));
   await app.ready();
   return { app, metrics };
@@ -126,9 +128,12 @@ describe('service-kit: HTTP server spans', () => {
     expect(exporter.getFinishedSpans()[0]?.attributes).toMatchObject({ 'labelflow.task_id': '9001', 'labelflow.project_id': 'c6c7d0a2-1b2c-4d5e-8f90-abcdef012345', 'http.response.status_code': 201 });
   });
 
-  it('without tracing, hands the handler the caller trace context and no baggage', async () => {
+  it('without tracing, hands what the handler emits the caller trace context and no baggage, with no active context per request', async () => {
     const { app } = await appWithRoutes();
-    const res = await app.inject({ method: 'POST', url: '/tasks/123/claim', headers: { ...admin, traceparent: `00-${TRACE_ID}-00f067aa0ba902b7-01`, baggage: 'secret=from-outside' }, payload: {} });
+    const headers = { ...admin, traceparent: `00-${TRACE_ID}-00f067aa0ba902b7-01`, baggage: 'secret=from-outside' };
+    const res = await app.inject({ method: 'POST', url: '/tasks/123/claim', headers, payload: {} });
     expect(res.json()).toEqual({ traceparent: `00-${TRACE_ID}-00f067aa0ba902b7-01` });
+    // An active context per request would take an AsyncLocalStorage (see requestTrace).
+    expect((await app.inject({ method: 'POST', url: '/active', headers, payload: {} })).json()).toEqual({});
   });
 });

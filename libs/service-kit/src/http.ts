@@ -2,7 +2,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type
 import type { z } from 'zod';
 import { can, installAuth, Permission, type AuthHookOptions } from '@labelflow/auth';
 import type { ErrorBody } from '@labelflow/contracts';
-import { incomingTraceHeaders, startSpan, tracingEnabled, withTraceContext, type Logger, type Metrics, type SagaFacts, type TraceSpan } from '@labelflow/telemetry';
+import { continuedTraceHeaders, incomingTraceHeaders, startSpan, tracingEnabled, type Logger, type Metrics, type SagaFacts, type TraceHeaders, type TraceSpan } from '@labelflow/telemetry';
 import { isTransientDbError } from './db';
 import { HttpError, ServiceKitError, ServiceKitErrors } from './errors';
 
@@ -46,6 +46,15 @@ function factsOf(request: FastifyRequest): SagaFacts {
  * for the handler, so the events a command emits carry its trace. The saga facts become span
  * attributes and baggage once the route and body are known.
  */
+/**
+ * The trace what a request emits continues. While a tracer records, `undefined`: the request's
+ * span is the active context and the emitter reads it. Otherwise the caller's `traceparent` and
+ * `tracestate`, passed on as a span started under them would (none is), so the ids still travel.
+ */
+export function requestTrace(request: FastifyRequest): TraceHeaders | undefined {
+  return tracingEnabled() ? undefined : continuedTraceHeaders(incomingTraceHeaders(request.headers));
+}
+
 function instrument(app: FastifyInstance, metrics: Metrics | undefined): void {
   const requests = metrics?.counter('http_requests_total', 'HTTP requests by route pattern, method and status', ['method', 'route', 'status']);
   const duration = metrics?.histogram('http_request_duration_seconds', 'HTTP request duration by route pattern and method', ['method', 'route'], DURATION_BUCKETS);
@@ -58,12 +67,9 @@ function instrument(app: FastifyInstance, metrics: Metrics | undefined): void {
     duration?.observe({ method: request.method, route }, reply.elapsedTime / 1000);
     spans.get(request)?.end({ failed: status >= 500, attributes: { 'http.response.status_code': status } });
   });
-  // Decided once, when the app is made (the runtime starts tracing first): with tracing off, a
-  // request only has its caller's trace context made active, as it always had.
-  if (!tracingEnabled()) {
-    app.addHook('onRequest', (request, _reply, done) => withTraceContext(incomingTraceHeaders(request.headers), done));
-    return;
-  }
+  // Decided once, when the app is made (the runtime starts tracing first): with tracing off, no
+  // span and no active context; `requestTrace` hands the caller's trace to what the request emits.
+  if (!tracingEnabled()) return;
   app.addHook('onRequest', (request, _reply, done) => {
     const route = routeOf(request);
     const span = startSpan(`${request.method} ${route}`, { kind: 'server', headers: incomingTraceHeaders(request.headers), attributes: { 'http.request.method': request.method, 'http.route': route } });

@@ -19,7 +19,7 @@ describe('task signals over LISTEN/NOTIFY', () => {
     const db = await createTestDatabase(infra.pgUrl, uniqueName('signals'));
     url = db.url;
     drop = db.drop;
-    pool = createPool(url);
+    pool = createPool(url, { refuseNestedConnections: true });
     admin = new pg.Client({ connectionString: url });
     await admin.connect();
   });

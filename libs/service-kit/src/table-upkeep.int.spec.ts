@@ -12,7 +12,7 @@ describe('doing autovacuum’s work on a service’s tables when the server does
   beforeAll(async () => {
     const db = await createTestDatabase(infra.pgUrl, uniqueName('upkeep'));
     drop = db.drop;
-    pool = createPool(db.url, 2);
+    pool = createPool(db.url, { max: 2, refuseNestedConnections: true });
     // Where the server's autovacuum runs, it must not visit these tables behind the test's back.
     for (const table of ['busy', 'quiet', 'churned']) await pool.query(`CREATE TABLE ${table} (id text PRIMARY KEY, n int NOT NULL) WITH (autovacuum_enabled = false)`);
     // Past autovacuum's threshold for a table never analyzed (50 changed rows) and below it.

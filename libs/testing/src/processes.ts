@@ -41,7 +41,7 @@ export function startServiceProcess<N extends ProcessName = ServiceName>(name: N
   const profile = process.env['LABELFLOW_CPU_PROF_DIR'] ? ['--cpu-prof', `--cpu-prof-dir=${process.env['LABELFLOW_CPU_PROF_DIR']}`] : [];
   const child = spawn(process.execPath, ['--enable-source-maps', ...profile, `dist/apps/${name}/main.js`], {
     cwd: repoRoot,
-    env: { ...process.env, LOG_LEVEL: 'info', ...env, PORT: '0', HOST: '127.0.0.1' },
+    env: { ...process.env, LOG_LEVEL: 'info', DB_REFUSE_NESTED_CONNECTIONS: 'true', ...env, PORT: '0', HOST: '127.0.0.1' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let log = '';

@@ -73,6 +73,8 @@ export async function buildTestService<B extends BuiltLike>(
     RATE_LIMIT_BURST: '2000',
     // Requests answered 4xx are what route tests are about; only what went wrong inside is worth a line.
     LOG_LEVEL: 'error',
+    // Production leaves it off for its CPU cost; every test runs with it (see BaseConfig).
+    DB_REFUSE_NESTED_CONNECTIONS: 'true',
     ...env,
   }).catch(async (error: unknown) => {
     await dropDatabase(infra.pgUrl, database);

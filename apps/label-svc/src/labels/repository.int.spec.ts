@@ -211,7 +211,7 @@ describe('label-svc batch statements under generic plans', () => {
       await p.query(`INSERT INTO labels (task_id, attempt, annotator_id, annotations, status) SELECT g::text, 1, 'ann-1', '[{"label":"cat"}]', 'submitted' FROM generate_series(1, 2000) g`);
       await p.query('ANALYZE assignments, labels');
     },
-    { pool: (url) => createPool(url, 2) },
+    { pool: (url) => createPool(url, { max: 2, refuseNestedConnections: true }) },
   );
   beforeAll(async () => void (pool = await db.open()));
   afterAll(() => db.close());

@@ -331,7 +331,7 @@ describe('qa-svc batch statements under generic plans', () => {
       await p.query(`INSERT INTO reviews (task_id, attempt, project_id, annotator_id, status) SELECT g::text, 1, gen_random_uuid(), 'ann-1', 'pending' FROM generate_series(1, 2000) g`);
       await p.query('ANALYZE review_tasks, reviews');
     },
-    { pool: (url) => createPool(url, 2) },
+    { pool: (url) => createPool(url, { max: 2, refuseNestedConnections: true }) },
   );
   beforeAll(async () => void (pool = await db.open()));
   afterAll(() => db.close());

@@ -45,7 +45,7 @@ describe('saga-monitor batch statements under generic plans', () => {
       // The task under test waits for QaStarted.
       await withTransaction(p, (tx) => record(tx, event('LabelSubmitted', { annotatorId: 'ann-1', annotations: [{ label: 'cat', confidence: 0.9 }] })));
     },
-    { pool: (url) => createPool(url, 2) },
+    { pool: (url) => createPool(url, { max: 2, refuseNestedConnections: true }) },
   );
   beforeAll(async () => void (pool = await db.open()));
   afterAll(() => db.close());

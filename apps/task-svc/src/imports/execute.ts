@@ -2,7 +2,7 @@ import type { ProjectId, TaskId } from '@labelflow/contracts';
 import type { SegmentAllocator } from '@labelflow/idgen';
 import { formatTaskNumber } from '@labelflow/idgen';
 import { isTransientDbError, withTransaction, type Pool, type Prepare, type PreparedEvents } from '@labelflow/service-kit';
-import type { Logger } from '@labelflow/telemetry';
+import type { Logger, TraceHeaders } from '@labelflow/telemetry';
 import { projectKeyFor } from '../tasks/repository';
 import { createdEvents, decideStart, distinctTasks, ImportStatus, progressOf, type BatchLines, type CreatedTask, type ImportJob, type LineError } from './decide';
 import { ImportError, ImportErrors } from './errors';
@@ -45,6 +45,8 @@ export interface ImportUpload {
   readonly createdBy: string;
   /** The request body, read as it arrives: it is only pulled from while no batch waits to be written. */
   readonly body: AsyncIterable<Buffer | string>;
+  /** The trace the created tasks' events continue (the request's, see `requestTrace`). */
+  readonly trace?: TraceHeaders;
 }
 
 /** A batch cut from the file, with where in the file it ends. */
@@ -175,7 +177,7 @@ export async function runImport(deps: ImportDeps, upload: ImportUpload): Promise
       }));
       // Every line passed ImportLine, whose limits are TaskCreated's (events.unit.spec.ts proves it
       // over random lines at and past them): checking each event again would only cost time.
-      const events = await deps.prepare(createdEvents(upload.projectId, upload.createdBy, rows), `import:${upload.importId}`, { check: 'first' });
+      const events = await deps.prepare(createdEvents(upload.projectId, upload.createdBy, rows), `import:${upload.importId}`, { check: 'first', ...(upload.trace ? { trace: upload.trace } : {}) });
       return { rows, numbers, events };
     });
   };

@@ -312,7 +312,7 @@ describe('task-svc batch statements under generic plans', () => {
       await p.query(`INSERT INTO tasks (task_id, project_id, title, data_uri, status, attempt, version) SELECT g::text, gen_random_uuid(), 't', 's3://b/k', 'open', 1, 1 FROM generate_series(1, 2000) g`);
       await p.query('ANALYZE tasks');
     },
-    { pool: (url) => createPool(url, 2) },
+    { pool: (url) => createPool(url, { max: 2, refuseNestedConnections: true }) },
   );
   beforeAll(async () => void (pool = await db.open()));
   afterAll(() => db.close());

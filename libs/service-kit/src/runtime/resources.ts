@@ -16,7 +16,7 @@ import { deadLetterTopic, type RuntimeName } from './definition';
 /** The service's own database, created if missing. */
 export async function openPostgres(config: BaseConfig, lifecycle: Lifecycle): Promise<Pool> {
   await ensureDatabase(config.DATABASE_URL);
-  const pool = createPool(config.DATABASE_URL);
+  const pool = createPool(config.DATABASE_URL, { refuseNestedConnections: config.DB_REFUSE_NESTED_CONNECTIONS });
   lifecycle.onClose('postgres', () => pool.end());
   return pool;
 }

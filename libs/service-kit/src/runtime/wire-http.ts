@@ -2,8 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import { idempotencyPlugin } from '@labelflow/idempotency';
 import { authFromConfig } from '../auth';
 import type { BaseConfig } from '../config';
-import { asTransactionBody } from '../db';
-import { createHttpApp } from '../http';
+import { withEmitTrace } from '../events';
+import { createHttpApp, requestTrace } from '../http';
 import type { Lifecycle } from '../lifecycle';
 import type { TaskSignals } from '../signals';
 import type { ServiceContext } from './definition';
@@ -52,7 +52,9 @@ export async function wireHttp<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceC
     redis,
     namespace: `lf:idem:${config.KAFKA_TOPIC_PREFIX}:${definition.name}`,
     ttlMs: config.IDEMPOTENCY_TTL_MS,
-    transactionBody: asTransactionBody,
+    // The command's events continue its request's trace (there is no active context per request
+    // while nothing records spans).
+    transactionBody: (fn, { request, tx }) => withEmitTrace(tx, requestTrace(request), fn),
     redisTimeoutMs: config.DEDUP_REDIS_TIMEOUT_MS,
     // Keys are scoped by the token's subject: one person can never replay another's response.
     callerOf: (request) => request.principal.subject,
