@@ -76,7 +76,8 @@ export interface TransactionOptions<T> {
 
 /**
  * Runs `fn` in one transaction on a client of `pool`: BEGIN, the body (as a transaction body, see
- * `asTransactionBody`, when the pool refuses nested connections), then COMMIT, or ROLLBACK when it throws (rethrown) or `commitIf` says no.
+ * `asTransactionBody`, when the pool refuses nested connections), then COMMIT, or ROLLBACK when it
+ * throws (rethrown) or `commitIf` says no.
  * The client goes back to the pool, unless even the ROLLBACK failed: a connection that cannot roll
  * back is broken and is discarded, not handed to the next caller.
  */

@@ -41,12 +41,6 @@ function factsOf(request: FastifyRequest): SagaFacts {
 }
 
 /**
- * Per-route request counts and durations, and a server span per request that continues an incoming
- * W3C `traceparent`. The span (or, with tracing off, the caller's trace context alone) is active
- * for the handler, so the events a command emits carry its trace. The saga facts become span
- * attributes and baggage once the route and body are known.
- */
-/**
  * The trace what a request emits continues. While a tracer records, `undefined`: the request's
  * span is the active context and the emitter reads it. Otherwise the caller's `traceparent` and
  * `tracestate`, passed on as a span started under them would (none is), so the ids still travel.
@@ -55,6 +49,12 @@ export function requestTrace(request: FastifyRequest): TraceHeaders | undefined 
   return tracingEnabled() ? undefined : continuedTraceHeaders(incomingTraceHeaders(request.headers));
 }
 
+/**
+ * Per-route request counts and durations and, while a tracer records, a server span per request
+ * that continues an incoming W3C `traceparent`. The span is active for the handler, so the events
+ * a command emits carry its trace; with tracing off nothing is made active (see `requestTrace`).
+ * The saga facts become span attributes and baggage once the route and body are known.
+ */
 function instrument(app: FastifyInstance, metrics: Metrics | undefined): void {
   const requests = metrics?.counter('http_requests_total', 'HTTP requests by route pattern, method and status', ['method', 'route', 'status']);
   const duration = metrics?.histogram('http_request_duration_seconds', 'HTTP request duration by route pattern and method', ['method', 'route'], DURATION_BUCKETS);
