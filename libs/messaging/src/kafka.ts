@@ -91,7 +91,9 @@ export async function ensureTopics(kafka: Kafka, topics: readonly string[], numP
   try {
     const existing = new Set(await admin.listTopics());
     const missing: ITopicConfig[] = topics.filter((t) => !existing.has(t)).map((topic) => ({ topic, numPartitions, replicationFactor: 1 }));
-    await createServedTopics(admin, missing, options);
+    // kafkajs answers false, not an error, when another instance created them all meanwhile.
+    if (missing.length > 0) await admin.createTopics({ topics: missing, waitForLeaders: false });
+    // Every topic, not only the new ones: another instance may have created some a moment ago.
     await waitForTopicLeaders(admin, topics, options);
   } finally {
     await admin.disconnect();

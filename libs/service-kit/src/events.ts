@@ -86,11 +86,13 @@ type TraceCarrier = { [EMIT_TRACE]?: TraceHeaders };
 export async function withEmitTrace<T>(tx: Queryable, trace: TraceHeaders | undefined, fn: () => Promise<T>): Promise<T> {
   if (trace === undefined) return fn();
   const carrier = tx as TraceCarrier;
+  const before = carrier[EMIT_TRACE];
   carrier[EMIT_TRACE] = trace;
   try {
     return await fn();
   } finally {
-    delete carrier[EMIT_TRACE];
+    // Assigned back, not deleted: a pooled client keeps one shape across the requests it serves.
+    carrier[EMIT_TRACE] = before;
   }
 }
 
