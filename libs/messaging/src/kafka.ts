@@ -70,10 +70,13 @@ export function createKafka({ brokers, clientId, logger, sasl, ssl = false }: Ka
 /**
  * Broker answers that mean "created, but not served yet". A KRaft broker applies the controller's
  * metadata records asynchronously: for a moment after CreateTopics it answers Metadata for the new
- * topic with UNKNOWN_TOPIC_OR_PARTITION. kafkajs's own `waitForLeaders` retries only
- * LEADER_NOT_AVAILABLE and gives up on the other, so a loaded broker made a service fail at start.
+ * topic with UNKNOWN_TOPIC_OR_PARTITION, and once its metadata names itself the leader, a
+ * partition it has not yet taken over answers NOT_LEADER_FOR_PARTITION. kafkajs's own
+ * `waitForLeaders` retries only LEADER_NOT_AVAILABLE, so a loaded broker made a service fail at
+ * start, and a test's offsets request fail right after.
  */
-const TOPIC_NOT_YET_SERVED: ReadonlySet<string> = new Set(['UNKNOWN_TOPIC_OR_PARTITION', 'LEADER_NOT_AVAILABLE']);
+const TOPIC_NOT_YET_SERVED: ReadonlySet<string> = new Set(['UNKNOWN_TOPIC_OR_PARTITION', 'LEADER_NOT_AVAILABLE', 'NOT_LEADER_FOR_PARTITION']);
+const notYetServed = (error: unknown): boolean => TOPIC_NOT_YET_SERVED.has((error as { type?: string }).type ?? '');
 
 export interface EnsureTopicsOptions {
   /** How long the broker may take to serve every topic with a leader before the start fails. */
@@ -111,7 +114,11 @@ export async function createServedTopics(admin: Admin, topics: readonly ITopicCo
   await waitForTopicLeaders(admin, topics.map((t) => t.topic), options);
 }
 
-/** Resolves once every topic is served with a leader on each partition; retries only "not yet" answers. */
+/**
+ * Resolves once every topic is served: a leader named for each partition in the metadata, and the
+ * leader answering a ListOffsets for all of them (it is the request that showed a partition not yet
+ * taken over). Retries only "not yet" answers.
+ */
 export async function waitForTopicLeaders(admin: Admin, topics: readonly string[], { timeoutMs = 30_000, pollMs = 100 }: EnsureTopicsOptions = {}): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -125,14 +132,27 @@ export async function waitForTopicLeaders(admin: Admin, topics: readonly string[
 }
 
 const topicsWithoutLeaders = async (admin: Admin, topics: readonly string[]): Promise<readonly string[]> => {
+  let named: string[];
   try {
     const { topics: served } = await admin.fetchTopicMetadata({ topics: [...topics] });
-    const ready = new Set(served.filter((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0)).map((t) => t.name));
-    return topics.filter((t) => !ready.has(t));
+    named = served.filter((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0)).map((t) => t.name);
   } catch (error) {
-    if (TOPIC_NOT_YET_SERVED.has((error as { type?: string }).type ?? '')) return topics;
+    if (notYetServed(error)) return topics;
     throw error;
   }
+  const answering = await Promise.all(
+    named.map((topic) =>
+      admin.fetchTopicOffsets(topic).then(
+        () => topic,
+        (error: unknown) => {
+          if (notYetServed(error)) return undefined;
+          throw error;
+        },
+      ),
+    ),
+  );
+  const ready = new Set(answering.filter((t) => t !== undefined));
+  return topics.filter((t) => !ready.has(t));
 };
 
 /** Answers when a broker serves metadata requests; used by readiness probes. */

@@ -7,10 +7,20 @@ type MetadataAnswer = Readonly<Record<string, readonly number[]>> | { readonly t
 
 const partition = (partitionId: number, leader: number): PartitionMetadata => ({ partitionId, leader, replicas: [1], isr: [1], partitionErrorCode: 0, offlineReplicas: [] });
 
-/** A broker that answers each Metadata request with the next scripted answer (the last one repeats). */
-const scriptedAdmin = (answers: readonly MetadataAnswer[]) => {
-  const calls = { metadata: 0, created: [] as unknown[] };
+type Refusal = { readonly type: string; readonly message: string };
+
+/**
+ * A broker that answers each Metadata request with the next scripted answer, and each ListOffsets
+ * with the next of `offsets` (undefined: answered); the last answer of each repeats.
+ */
+const scriptedAdmin = (answers: readonly MetadataAnswer[], offsets: readonly (Refusal | undefined)[] = [undefined]) => {
+  const calls = { metadata: 0, offsets: 0, created: [] as unknown[] };
   const admin = {
+    fetchTopicOffsets: async () => {
+      const answer = offsets[Math.min(calls.offsets++, offsets.length - 1)];
+      if (answer) throw Object.assign(new Error(answer.message), { type: answer.type });
+      return [];
+    },
     createTopics: async (request: unknown) => {
       calls.created.push(request);
       return true;
@@ -40,6 +50,13 @@ describe('waiting for new topics to be served', () => {
     expect(calls.metadata).toBe(3);
   });
 
+  it('waits until the named leader answers for the topic, through NOT_LEADER_FOR_PARTITION while it takes the partitions over', async () => {
+    const notLeader = { type: 'NOT_LEADER_FOR_PARTITION', message: 'This server is not the leader for that topic-partition' };
+    const { admin, calls } = scriptedAdmin([{ a: [1, 1, 1] }], [notLeader, notLeader, undefined]);
+    await waitForTopicLeaders(admin, ['a'], { pollMs: 1 });
+    expect(calls).toMatchObject({ metadata: 3, offsets: 3 });
+  });
+
   it('fails at once on an answer that is not "not yet"', async () => {
     const { admin, calls } = scriptedAdmin([{ type: 'TOPIC_AUTHORIZATION_FAILED', message: 'Not authorized to access topics' }]);
     await expect(waitForTopicLeaders(admin, ['a'], { pollMs: 1 })).rejects.toThrow('Not authorized');
@@ -62,6 +79,6 @@ describe('waiting for new topics to be served', () => {
   it('asks nothing of the broker when there is no topic to create', async () => {
     const { admin, calls } = scriptedAdmin([notYet]);
     await createServedTopics(admin, []);
-    expect(calls).toEqual({ metadata: 0, created: [] });
+    expect(calls).toEqual({ metadata: 0, offsets: 0, created: [] });
   });
 });
