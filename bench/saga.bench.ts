@@ -601,7 +601,11 @@ async function runStep(env: Env, kind: StepResult['kind'], label: string, rate: 
   }
   const perStep = new Map<Step, number[]>();
   for (const r of completedRecs) {
-    for (const [step, t] of Object.entries(r.byStep ?? {}) as [Step, StepTally][]) perStep.set(step, [...(perStep.get(step) ?? []), t.ms]);
+    for (const [step, t] of Object.entries(r.byStep ?? {}) as [Step, StepTally][]) {
+      const times = perStep.get(step);
+      if (times) times.push(t.ms);
+      else perStep.set(step, [t.ms]);
+    }
   }
   const stepLatencyMs = Object.fromEntries(
     [...perStep].map(([step, ms]) => {

@@ -5,7 +5,7 @@ import { ServiceKitError, ServiceKitErrors } from './errors';
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
 // The one home of these is @labelflow/plumbing; apps keep importing them from here.
-export { asTransactionBody, isTransientDbError, pgArray, runInOwnTransaction, withTransaction, type Queryable, type TransactionOptions } from '@labelflow/plumbing';
+export { isTransientDbError, pgArray, runInOwnTransaction, withTransaction, type Queryable, type TransactionOptions } from '@labelflow/plumbing';
 
 export interface PoolOptions {
   readonly max?: number;
