@@ -2,9 +2,53 @@ import type { Admin } from 'kafkajs';
 import type { Logger } from '@labelflow/telemetry';
 import type { ConsumerMetrics } from './consumer-metrics';
 
+/** Offsets per partition, keyed `topic/partition`. */
+export type PartitionOffsets = ReadonlyMap<string, number>;
+
+/** Where the probe reads the offsets it compares. */
+export interface OffsetsSource {
+  /** Each partition's high watermark; its log start offset too when `logStart` (a source may give it unasked). */
+  topicOffsets(topics: readonly string[], logStart: boolean): Promise<{ readonly highs: PartitionOffsets; readonly lows?: PartitionOffsets }>;
+  /** The group's committed offset per partition: -1 where it committed none. */
+  committedOffsets(groupId: string, topics: readonly string[]): Promise<PartitionOffsets>;
+}
+
+/**
+ * The offsets through a kafkajs admin: two ListOffsets requests per topic (the high watermarks and
+ * the log starts, whether asked or not), a FindCoordinator and an OffsetFetch, and often a Metadata
+ * request per topic, about 12 requests a probe for a service reading four topics. Services use
+ * `createOffsetsReader` (three requests a probe); this stays the default for a loop given only a
+ * kafkajs client.
+ */
+export function kafkajsOffsets(admin: Admin): OffsetsSource {
+  return {
+    async topicOffsets(topics) {
+      const highs = new Map<string, number>();
+      const lows = new Map<string, number>();
+      for (const topic of topics) {
+        for (const p of await admin.fetchTopicOffsets(topic)) {
+          highs.set(`${topic}/${p.partition}`, Number(p.high));
+          lows.set(`${topic}/${p.partition}`, Number(p.low));
+        }
+      }
+      return { highs, lows };
+    },
+    async committedOffsets(groupId, topics) {
+      const committed = new Map<string, number>();
+      for (const t of await admin.fetchOffsets({ groupId, topics: [...topics] })) {
+        for (const p of t.partitions) committed.set(`${t.topic}/${p.partition}`, Number(p.offset));
+      }
+      return committed;
+    },
+  };
+}
+
+/** A probe asks for the log start offsets on its first run and then once in this many runs. */
+export const LOG_START_EVERY = 30;
+
 export interface ProgressProbeDeps {
-  /** Connected before `start` and disconnected after `stop` by the loop. */
-  readonly admin: Admin;
+  /** Ready before `start`, and closed after `stop`, by its owner. */
+  readonly source: OffsetsSource;
   readonly groupId: string;
   readonly topics: readonly string[];
   readonly everyMs: number;
@@ -24,30 +68,31 @@ export interface ProgressProbe {
  * group's committed offsets until the group has passed them. The newest probe it passed is how
  * far the group has caught up: everything produced before that instant was consumed.
  *
- * The same two admin calls give the group's lag per partition (`consumer_lag_messages`), so the
- * metric costs no extra round trip. The offsets are the group's, not this member's: every member
- * reports every partition, and dashboards take the max across instances, never the sum.
+ * The same two reads give the group's lag per partition (`consumer_lag_messages`), so the metric
+ * costs no extra round trip. The offsets are the group's, not this member's: every member reports
+ * every partition, and dashboards take the max across instances, never the sum. The lag counts
+ * from the log start where the group is behind it (no commit yet, or retention deleted what it had
+ * not read); log starts move only with retention, so they are read once in `LOG_START_EVERY` probes.
  */
-export function createProgressProbe({ admin, groupId, topics, everyMs, metrics, log }: ProgressProbeDeps): ProgressProbe {
-  const probes: { readonly at: number; readonly highs: ReadonlyMap<string, number> }[] = [];
+export function createProgressProbe({ source, groupId, topics, everyMs, metrics, log }: ProgressProbeDeps): ProgressProbe {
+  const probes: { readonly at: number; readonly highs: PartitionOffsets }[] = [];
   let caughtUp: number | undefined;
   let timer: NodeJS.Timeout | undefined;
+  let lows: PartitionOffsets = new Map();
+  /** Probes until the log starts are asked for again; 0: the next one asks. */
+  let untilLogStart = 0;
 
   async function probe(): Promise<void> {
     const at = Date.now();
-    const highs = new Map<string, number>();
-    const lows = new Map<string, number>();
-    for (const topic of topics) {
-      for (const p of await admin.fetchTopicOffsets(topic)) {
-        highs.set(`${topic}/${p.partition}`, Number(p.high));
-        lows.set(`${topic}/${p.partition}`, Number(p.low));
-      }
+    const read = await source.topicOffsets(topics, untilLogStart <= 0);
+    if (read.lows) {
+      lows = read.lows;
+      untilLogStart = LOG_START_EVERY;
     }
+    untilLogStart--;
+    const { highs } = read;
     probes.push({ at, highs });
-    const committed = new Map<string, number>();
-    for (const t of await admin.fetchOffsets({ groupId, topics: [...topics] })) {
-      for (const p of t.partitions) committed.set(`${t.topic}/${p.partition}`, Number(p.offset));
-    }
+    const committed = await source.committedOffsets(groupId, topics);
     reportLag(highs, lows, committed);
     while (probes.length > 0 && [...probes[0]!.highs].every(([tp, high]) => high <= 0 || (committed.get(tp) ?? -1) >= high)) {
       caughtUp = probes.shift()!.at;
@@ -57,7 +102,7 @@ export function createProgressProbe({ admin, groupId, topics, everyMs, metrics, 
     if (probes.length > 120) probes.splice(0, probes.length - 120);
   }
 
-  function reportLag(highs: ReadonlyMap<string, number>, lows: ReadonlyMap<string, number>, committed: ReadonlyMap<string, number>): void {
+  function reportLag(highs: PartitionOffsets, lows: PartitionOffsets, committed: PartitionOffsets): void {
     if (!metrics.lag) return;
     for (const [tp, high] of highs) {
       const slash = tp.lastIndexOf('/');

@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createMetrics } from '@labelflow/telemetry';
 import { captureLogs, metricValue } from '@labelflow/testing';
 import { createConsumerMetrics } from './consumer-metrics';
-import { createProgressProbe } from './consumer-progress';
+import { createProgressProbe, kafkajsOffsets, LOG_START_EVERY, type OffsetsSource } from './consumer-progress';
 
 type Offsets = Record<string, { low: number; high: number; committed?: number }[]>;
 
@@ -37,7 +37,7 @@ describe('the progress probe', () => {
     const metrics = createMetrics({ service: 'progress-test', defaults: false });
     const { admin, calls } = fakeAdmin(offsets);
     const probe = createProgressProbe({
-      admin,
+      source: kafkajsOffsets(admin),
       groupId: 'labelflow.qa-svc',
       topics: Object.keys(offsets()),
       everyMs: 1_000,
@@ -95,5 +95,35 @@ describe('the progress probe', () => {
     expect(await lag('labelflow.billing-events', 0)).toBe(0);
     expect(probe.caughtUpTo()).toBeDefined();
     expect(calls).toEqual({ topicOffsets: 2, groupOffsets: 2 });
+  });
+
+  it('reads the log starts on its first probe and then once in LOG_START_EVERY probes, counting the lag from the last ones read', async () => {
+    let low = 0;
+    const asked: boolean[] = [];
+    const source: OffsetsSource = {
+      async topicOffsets(_topics, logStart) {
+        asked.push(logStart);
+        const highs = new Map([['labelflow.qa-events/0', 100]]);
+        return logStart ? { highs, lows: new Map([['labelflow.qa-events/0', low]]) } : { highs };
+      },
+      async committedOffsets() {
+        return new Map([['labelflow.qa-events/0', -1]]);
+      },
+    };
+    const metrics = createMetrics({ service: 'progress-test', defaults: false });
+    const probe = createProgressProbe({ source, groupId: 'labelflow.qa-svc', topics: ['labelflow.qa-events'], everyMs: 1_000, metrics: createConsumerMetrics(metrics), log: captureLogs({ service: 'progress-test' }).logger });
+    const lag = async () => metricValue(await metrics.render(), 'consumer_lag_messages', { group: 'labelflow.qa-svc', topic: 'labelflow.qa-events', partition: '0' });
+    probe.start();
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(await lag()).toBe(100);
+    // Retention deleted the first 60 messages: seen only once the log starts are read again.
+    low = 60;
+    await vi.advanceTimersByTimeAsync((LOG_START_EVERY - 1) * 1_000);
+    expect(asked).toHaveLength(LOG_START_EVERY);
+    expect(await lag()).toBe(100);
+    await vi.advanceTimersByTimeAsync(1_000);
+    probe.stop();
+    expect(await lag()).toBe(40);
+    expect(asked.map((a, i) => (a ? i : -1)).filter((i) => i >= 0)).toEqual([0, LOG_START_EVERY]);
   });
 });

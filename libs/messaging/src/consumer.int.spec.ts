@@ -1,8 +1,8 @@
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import { createMetrics } from '@labelflow/telemetry';
 import { captureLogs, eventually, metricValue, produceRaw, produceWithJavaClient, readTopic, uniqueName } from '@labelflow/testing';
-import { createConsumerLoop, createKafka, createServedTopics, ensureTopics, type ConsumerLoop } from './index';
+import { createConsumerLoop, createKafka, createOffsetsReader, createServedTopics, ensureTopics, type ConsumerLoop, type OffsetsSource } from './index';
 
 const infra = inject('infra');
 const logger = captureLogs({ service: 'consumer-test' }).logger;
@@ -12,9 +12,11 @@ type Msg = z.infer<typeof Msg>;
 
 describe('the consumer loop', () => {
   const loops: ConsumerLoop[] = [];
+  const reader = createOffsetsReader({ brokers: infra.kafkaBrokers.split(','), clientId: 'consumer-test-progress' });
   afterEach(async () => {
     await Promise.all(loops.splice(0).map((l) => l.close()));
   });
+  afterAll(() => reader.close());
 
   const setup = async () => {
     const topic = uniqueName('consumer-topic');
@@ -38,6 +40,7 @@ describe('the consumer loop', () => {
     handles?: (type: string) => boolean;
     isRetriable?: (e: unknown) => boolean;
     progressEveryMs?: number;
+    offsets?: OffsetsSource;
   }) => {
     const metrics = createMetrics({ service: 'consumer-test', defaults: false });
     const loop = createConsumerLoop<Msg>({
@@ -51,6 +54,7 @@ describe('the consumer loop', () => {
       retry: { initialMs: 20, maxMs: 100, maxAttempts: 3 },
       ...(opts.isRetriable ? { isRetriable: opts.isRetriable } : {}),
       ...(opts.progressEveryMs ? { progressEveryMs: opts.progressEveryMs } : {}),
+      ...(opts.offsets ? { offsets: opts.offsets } : {}),
       processor: {
         handles: opts.handles ?? (() => true),
         async process(run) {
@@ -294,12 +298,16 @@ describe('the consumer loop', () => {
     expect(rendered).not.toMatch(/outcome="invalid"/);
   });
 
-  it('reports how far the group has caught up and its lag: never past a message still unprocessed, and past it once committed', async () => {
+  it.each([
+    ['its own kafkajs admin', () => undefined],
+    ['an offsets reader', () => reader],
+  ])('reports how far the group has caught up and its lag, reading offsets through %s: never past a message still unprocessed, and past it once committed', async (_name, source) => {
     const t = await setup();
     let release: () => void = () => undefined;
     const held = new Promise<void>((resolve) => (release = resolve));
     const applied: number[] = [];
-    const { loop, metrics } = await start({ ...t, applied, progressEveryMs: 100, check: async (m) => (m.n === 2 ? held : undefined) });
+    const offsets = source();
+    const { loop, metrics } = await start({ ...t, applied, progressEveryMs: 100, ...(offsets ? { offsets } : {}), check: async (m) => (m.n === 2 ? held : undefined) });
     const probes = async () => metricValue(await metrics.render(), 'consumer_progress_probes_total', { result: 'ok' });
     const lag = async () => metricValue(await metrics.render(), 'consumer_lag_messages', { group: t.groupId, topic: t.topic, partition: '0' });
     try {

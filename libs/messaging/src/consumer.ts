@@ -3,7 +3,7 @@ import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { RawMessage } from './codec';
 import { createBatchHandler, linkedToDeliveries, recordOutcomes, type BatchProcessor, type Delivery, type TopicBinding } from './consumer-batch';
 import { createConsumerMetrics } from './consumer-metrics';
-import { createProgressProbe } from './consumer-progress';
+import { createProgressProbe, kafkajsOffsets, type OffsetsSource } from './consumer-progress';
 import { createRunApplier, defaultIsRetriable, defaultRetry, type RetryPolicy } from './consumer-retry';
 import { defaultRestart, superviseConsumer, type ConsumerHealth, type RestartPolicy } from './consumer-supervision';
 import { createDeadLetter } from './dead-letter';
@@ -38,6 +38,12 @@ export interface ConsumerLoopOptions<E> {
   readonly maxWaitTimeInMs?: number;
   /** How often the group's progress is compared with the topics' high watermarks (`caughtUpTo`). */
   readonly progressEveryMs?: number;
+  /**
+   * Where the progress probe reads offsets: `createOffsetsReader` (three requests a probe), ready
+   * and closed by the caller. Default: a kafkajs admin of `kafka`, opened and closed by the loop,
+   * about four requests per topic a probe.
+   */
+  readonly offsets?: OffsetsSource;
   /** Restarts after a crash kafkajs does not restart from (default 1 s doubling to 30 s, reset after 60 s up). */
   readonly restart?: Partial<RestartPolicy>;
 }
@@ -93,7 +99,9 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     ...(options.maxWaitTimeInMs ? { maxWaitTimeInMs: options.maxWaitTimeInMs } : {}),
   });
   const dlqProducer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: KeyPartitioner });
-  const admin = kafka.admin();
+  // The loop's own admin only when no offsets source was given.
+  const admin = options.offsets ? undefined : kafka.admin();
+  const offsetsSource = options.offsets ?? kafkajsOffsets(admin ?? kafka.admin());
 
   const deadLetter = createDeadLetter({ producer: dlqProducer, topic: deadLetterTopic, groupId, retry, metrics, log });
   const raws = new WeakMap<Delivery<E>, RawMessage>();
@@ -117,7 +125,7 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     partitionsConsumedConcurrently: options.partitionsConsumedConcurrently ?? (grouping ? 32 : 3),
     eachBatch: createBatchHandler<E>({ processor, bindings, metrics, log, apply, deadLetter, raws, offsets }),
   };
-  const progress = createProgressProbe({ admin, groupId, topics: bindings.map((b) => b.topic), everyMs: options.progressEveryMs ?? 1_000, metrics, log });
+  const progress = createProgressProbe({ source: offsetsSource, groupId, topics: bindings.map((b) => b.topic), everyMs: options.progressEveryMs ?? 1_000, metrics, log });
   const supervision = superviseConsumer({ consumer, runConfig, policy: { ...defaultRestart, ...options.restart }, metrics, log });
 
   return {
@@ -126,7 +134,7 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     health: supervision.health,
     async start() {
       supervision.enter('starting');
-      await admin.connect();
+      await admin?.connect();
       progress.start();
       await dlqProducer.connect();
       await consumer.connect();
@@ -140,7 +148,7 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
       try {
         await consumer.disconnect();
         await dlqProducer.disconnect();
-        await admin.disconnect();
+        await admin?.disconnect();
       } finally {
         supervision.enter('stopped');
       }

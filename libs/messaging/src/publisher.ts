@@ -50,6 +50,9 @@ export class PublishError extends MessagingError {
 
 const mechanisms: Record<KafkaSaslMechanism, SASLOptions['mechanism']> = { plain: 'PLAIN', 'scram-sha-256': 'SCRAM-SHA-256', 'scram-sha-512': 'SCRAM-SHA-512' };
 
+/** A SASL login as @platformatic/kafka's clients take it. */
+export const platformaticSasl = (sasl: KafkaSasl): SASLOptions => ({ mechanism: mechanisms[sasl.mechanism], username: sasl.username, password: sasl.password });
+
 /** The Java client's partition for a key, as KeyPartitioner gives kafkajs: the producer takes it modulo the topic's partitions. */
 const byKey = (_message: unknown, key: Buffer | undefined): number => (key ? murmur2(key) & 0x7fffffff : 0);
 
@@ -94,7 +97,7 @@ export function createPublisher(deps: PublisherDeps): KafkaPublisher {
       requestTimeout: 30_000,
       retries,
       retryDelay: (_client, _operation, attempt) => Math.min(200 * 2 ** attempt, 5_000),
-      ...(sasl ? { sasl: { mechanism: mechanisms[sasl.mechanism], username: sasl.username, password: sasl.password } } : {}),
+      ...(sasl ? { sasl: platformaticSasl(sasl) } : {}),
       ...(ssl ? { tls: {} } : {}),
     });
   let producer = make();

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { z } from 'zod';
 import { consumedTopicName, consumedTopicSchema, inputTopicOf, InputTopics, isInputType, Topics, topicOf, type ConsumedEvent, type InputTopicKey, type TopicKey } from '@labelflow/contracts';
 import { createDedupGate, inboxReader, type DedupGate } from '@labelflow/dedup';
-import { createConsumerLoop, createPublisher, type ConsumerLoop } from '@labelflow/messaging';
+import { createConsumerLoop, createOffsetsReader, createPublisher, type ConsumerLoop } from '@labelflow/messaging';
 import { createOutboxRelay, type OutboxRelay } from '@labelflow/outbox';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
@@ -107,6 +107,9 @@ export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceCon
   const schemaOf = new Map(types.map((t) => [consumedTopicName(config.KAFKA_TOPIC_PREFIX, t), consumedTopicSchema(t)] as const));
   const consumedTopics = (Object.keys(Topics) as TopicKey[]).filter((k) => types.some((t) => !isInputType(t) && topicOf(t) === k));
   const inputTopics = (Object.keys(InputTopics) as InputTopicKey[]).filter((k) => types.some((t) => isInputType(t) && inputTopicOf(t) === k));
+  // Registered before the consumer, so it closes after it (the lifecycle closes in reverse).
+  const offsets = createOffsetsReader({ brokers: config.KAFKA_BROKERS, clientId: `${definition.name}-progress`, ...kafkaSecurity(config) });
+  lifecycle.onClose('consumer-progress', () => offsets.close());
   const consumer = createConsumerLoop<ConsumedEvent>({
     kafka: w.kafka.kafka,
     groupId: `${config.KAFKA_TOPIC_PREFIX}.${definition.name}`,
@@ -119,6 +122,7 @@ export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceCon
     minBytes: config.KAFKA_FETCH_MIN_BYTES,
     maxWaitTimeInMs: config.KAFKA_FETCH_MAX_WAIT_MS,
     retry: { initialMs: config.CONSUMER_RETRY_INITIAL_MS, maxMs: config.CONSUMER_RETRY_MAX_MS, maxAttempts: config.CONSUMER_MAX_ATTEMPTS },
+    offsets,
     processor,
   });
   lifecycle.add({ name: 'consumer', close: () => consumer.close() });
