@@ -8,6 +8,7 @@ import { createRunApplier, defaultIsRetriable, defaultRetry, type RetryPolicy } 
 import { defaultRestart, superviseConsumer, type ConsumerHealth, type RestartPolicy } from './consumer-supervision';
 import { createDeadLetter } from './dead-letter';
 import { defaultGroupCommit, groupCommit, type GroupCommitOptions } from './group-commit';
+import { IdleLongPollSetup, useIdleLongPoll } from './kafkajs-idle-fetch';
 import { createOffsetCommitter } from './offset-committer';
 import { KeyPartitioner } from './partitioner';
 
@@ -36,6 +37,14 @@ export interface ConsumerLoopOptions<E> {
   /** A fetch returns once this many bytes are ready, or after `maxWaitTimeInMs` (kafkajs defaults: 1 byte, 5 s). */
   readonly minBytes?: number;
   readonly maxWaitTimeInMs?: number;
+  /**
+   * The idle long poll (kafkajs-idle-fetch.ts): after `idleAfterEmpty` fetches in a row brought no
+   * message, the next asks for any message and waits up to `idleWaitMs`; once one brings messages,
+   * `minBytes` and `maxWaitTimeInMs` hold again. Off when absent or 0.
+   */
+  readonly idleWaitMs?: number;
+  /** Empty fetches in a row before the long poll (default 40: 2 s of silence at 50 ms a fetch). */
+  readonly idleAfterEmpty?: number;
   /** How often the group's progress is compared with the topics' high watermarks (`caughtUpTo`). */
   readonly progressEveryMs?: number;
   /**
@@ -98,6 +107,8 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
     ...(options.minBytes ? { minBytes: options.minBytes } : {}),
     ...(options.maxWaitTimeInMs ? { maxWaitTimeInMs: options.maxWaitTimeInMs } : {}),
   });
+  const idlePoll = options.idleWaitMs ? useIdleLongPoll(groupId, { waitMs: options.idleWaitMs, afterEmpty: options.idleAfterEmpty ?? 40 }) : undefined;
+  if (idlePoll && idlePoll.setup !== IdleLongPollSetup.applied) log.warn('kafkajs is not the version its idle long poll was written for; the consumer fetches as kafkajs would');
   const dlqProducer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: KeyPartitioner });
   // The loop's own admin only when no offsets source was given.
   const admin = options.offsets ? undefined : kafka.admin();
@@ -150,6 +161,7 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
         await dlqProducer.disconnect();
         await admin?.disconnect();
       } finally {
+        idlePoll?.release();
         supervision.enter('stopped');
       }
     },

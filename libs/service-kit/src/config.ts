@@ -46,6 +46,13 @@ export const BaseConfig = z.object({
    */
   KAFKA_FETCH_MIN_BYTES: z.coerce.number().int().min(1).max(10_485_760).default(65_536),
   KAFKA_FETCH_MAX_WAIT_MS: z.coerce.number().int().min(1).max(30_000).default(50),
+  /**
+   * The idle long poll of @labelflow/messaging: after this many fetches in a row brought nothing,
+   * the next asks for any message and waits up to the idle wait, so a quiet consumer fetches a few
+   * times a second instead of twenty and answers its next event at once. A wait of 0 turns it off.
+   */
+  KAFKA_FETCH_IDLE_WAIT_MS: z.coerce.number().int().min(0).max(30_000).default(250),
+  KAFKA_FETCH_IDLE_AFTER_EMPTY: z.coerce.number().int().min(1).max(1_000).default(40),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   OUTBOX_POLL_MS: z.coerce.number().int().min(10).max(60_000).default(500),
   OUTBOX_BATCH_SIZE: z.coerce.number().int().min(1).max(10_000).default(500),

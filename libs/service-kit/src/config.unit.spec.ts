@@ -68,6 +68,13 @@ describe('service-kit: loadConfig', () => {
     expect(names.sort()).toEqual(['KAFKA_FETCH_MAX_WAIT_MS', 'KAFKA_FETCH_MIN_BYTES']);
   });
 
+  it('long-polls a quiet consumer after 40 empty fetches (2 s of silence) for up to 250 ms by default, off with a wait of 0, and refuses a run of 0 empty fetches', () => {
+    expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ KAFKA_FETCH_IDLE_WAIT_MS: 250, KAFKA_FETCH_IDLE_AFTER_EMPTY: 40 });
+    expect(loadConfig(BaseConfig, { ...validEnv, KAFKA_FETCH_IDLE_WAIT_MS: '0' })).toMatchObject({ KAFKA_FETCH_IDLE_WAIT_MS: 0 });
+    const names = (failure({ ...validEnv, KAFKA_FETCH_IDLE_WAIT_MS: '-1', KAFKA_FETCH_IDLE_AFTER_EMPTY: '0' }).details as string[]).map((p) => p.split(':')[0]);
+    expect(names.sort()).toEqual(['KAFKA_FETCH_IDLE_AFTER_EMPTY', 'KAFKA_FETCH_IDLE_WAIT_MS']);
+  });
+
   it('analyzes stale tables every 10 s by default, takes 0 as never, and refuses a negative or fractional interval', () => {
     expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ DB_UPKEEP_INTERVAL_MS: 10_000 });
     expect(loadConfig(BaseConfig, { ...validEnv, DB_UPKEEP_INTERVAL_MS: '0' })).toMatchObject({ DB_UPKEEP_INTERVAL_MS: 0 });

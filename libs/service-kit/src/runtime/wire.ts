@@ -121,6 +121,8 @@ export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceCon
     sessionTimeoutMs: config.KAFKA_SESSION_TIMEOUT_MS,
     minBytes: config.KAFKA_FETCH_MIN_BYTES,
     maxWaitTimeInMs: config.KAFKA_FETCH_MAX_WAIT_MS,
+    idleWaitMs: config.KAFKA_FETCH_IDLE_WAIT_MS,
+    idleAfterEmpty: config.KAFKA_FETCH_IDLE_AFTER_EMPTY,
     retry: { initialMs: config.CONSUMER_RETRY_INITIAL_MS, maxMs: config.CONSUMER_RETRY_MAX_MS, maxAttempts: config.CONSUMER_MAX_ATTEMPTS },
     offsets,
     processor,
