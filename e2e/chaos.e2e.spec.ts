@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, onTestFailed } from 'vitest';
 import { repoRoot } from '@labelflow/testing';
 
 /** What the chaos CLI writes with --json-out (tools/chaos/src/report.ts ChaosResult + verdict), as far as this test reads it. */
@@ -24,6 +24,8 @@ interface ChaosJson {
 describe('chaos: the mixed load under one fault of each kind', () => {
   const dir = mkdtempSync(join(tmpdir(), 'lf-chaos-e2e-'));
   let child: ChildProcess | undefined;
+  // A failed run keeps its services' and Kafka's logs for whoever looks into it.
+  let keep = false;
   afterAll(async () => {
     // A test that timed out leaves the run going: SIGTERM makes it remove everything it started.
     if (child && child.exitCode === null && child.signalCode === null) {
@@ -33,10 +35,14 @@ describe('chaos: the mixed load under one fault of each kind', () => {
       await gone;
       clearTimeout(timer);
     }
-    rmSync(dir, { recursive: true, force: true });
+    if (keep) console.error(`chaos run failed: its logs are kept in ${join(dir, 'logs')}`);
+    else rmSync(dir, { recursive: true, force: true });
   }, 120_000);
 
   it('ends with zero audit violations, zero unexpected outcomes and zero lost events, no service dying by itself', async () => {
+    onTestFailed(() => {
+      keep = true;
+    });
     const out = join(dir, 'result.json');
     const args = [
       ...['--tasks', '240', '--duplicates', '0.3', '--seed', '7', '--concurrency', '32'],

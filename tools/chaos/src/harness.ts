@@ -40,3 +40,19 @@ export const bundleHashes = (): Record<string, string> =>
       }
     }),
   );
+
+/** Time accumulated while running: `set(true)` starts it, `set(false)` stops it; a repeated `set` changes nothing. */
+export function stopwatch(now: () => number = Date.now): { set(running: boolean): void; elapsedMs(): number } {
+  let total = 0;
+  let since: number | undefined;
+  return {
+    set(running) {
+      if (running && since === undefined) since = now();
+      if (!running && since !== undefined) {
+        total += now() - since;
+        since = undefined;
+      }
+    },
+    elapsedMs: () => total + (since === undefined ? 0 : now() - since),
+  };
+}

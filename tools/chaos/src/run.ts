@@ -6,7 +6,7 @@ import { repoRoot, startStack, type TestStack } from '@labelflow/testing';
 import { auditSettled, lostEventsSettled } from './after-load';
 import { createLoadProgress, runFaults } from './fault-runner';
 import type { InjectedFault } from './faults';
-import { abortion, Aborted, bundleHashes, within } from './harness';
+import { abortion, Aborted, bundleHashes, stopwatch, within } from './harness';
 import { startPrivateInfra, type PrivateInfra } from './infra';
 import type { ChaosOptions } from './options';
 import { startProxy, type ServiceProxy } from './proxy';
@@ -140,8 +140,12 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
     const reserve = Math.min(o.quiesceMs + 90_000, 0.4 * o.maxRunMs);
     const loadBudget = Math.max(60_000, o.maxRunMs - (Date.now() - t0) - reserve);
     const databases = serviceOrder.map((s) => new URL(theStack.databases[s]).pathname.slice(1));
+    // How long faults have been under way (injected until every service is ready again): the
+    // load's deadline moves by it, so a host slow to restart Kafka does not turn waiting sagas into
+    // stuck ones.
+    const faultClock = stopwatch();
 
-    say(`load: ${o.tasks} tasks, concurrency ${o.concurrency}, duplicates ${o.duplicates}, rates reject ${o.rates.reject} billing-fail ${o.rates.billingFail} qa-timeout ${o.rates.qaTimeout} cancel ${o.rates.cancel}, deadline ${Math.round(loadBudget / 1000)} s`);
+    say(`load: ${o.tasks} tasks, concurrency ${o.concurrency}, duplicates ${o.duplicates}, rates reject ${o.rates.reject} billing-fail ${o.rates.billingFail} qa-timeout ${o.rates.qaTimeout} cancel ${o.rates.cancel}, deadline ${Math.round(loadBudget / 1000)} s plus the time faults are under way`);
     const faultsDone = runFaults({
       planned,
       tasks: o.tasks,
@@ -151,7 +155,10 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
       context: { infra: privateInfra, supervisor: sup, databases },
       say,
       ...(signal ? { signal } : {}),
-      setCurrentFault: (label) => (currentFault = label),
+      setCurrentFault: (label) => {
+        currentFault = label;
+        faultClock.set(label !== undefined);
+      },
       faults,
       harnessErrors,
     });
@@ -168,6 +175,7 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
           duplicates: o.duplicates,
           kafka: { brokers: [privateInfra.kafka.brokers], topicPrefix: theStack.prefix },
           timeoutMs: loadBudget,
+          deadlineExtensionMs: faultClock.elapsedMs,
           waitS: 10,
           seed: o.seed,
           onProgress: (d, total) => {

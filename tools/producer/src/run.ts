@@ -22,6 +22,12 @@ export interface ProductionOptions {
   readonly duplicates: number;
   readonly kafka?: { readonly brokers: readonly string[]; readonly topicPrefix: string };
   readonly timeoutMs: number;
+  /**
+   * How far the deadline has moved, read each time a scenario checks it. The chaos harness passes
+   * how long its injected faults have lasted so far: a saga that waited out an outage it was made
+   * to meet is not stuck, and a fixed deadline would count it so on a host slow to recover.
+   */
+  readonly deadlineExtensionMs?: () => number;
   /** `Prefer: wait` in seconds for "not yet" answers and status waits (default 10); 0 polls instead. */
   readonly waitS?: number;
   readonly seed: number;
@@ -102,13 +108,16 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
       ? await startDuplicator({ brokers: o.kafka.brokers, topics: ['task', 'label', 'qa', 'billing'].map((t) => `${o.kafka?.topicPrefix}.${t}-events`), rate: o.duplicates, seed: o.seed })
       : undefined;
   let state = o.seed ^ 0x5bd1e995;
+  const deadlineAt = Date.now() + o.timeoutMs;
   const ctx: ScenarioContext = {
     services: (onRequest, actor) => services(actor, onRequest),
     cast,
     waitS,
     projectId,
     starvedProjectId,
-    deadline: Date.now() + o.timeoutMs,
+    get deadline() {
+      return deadlineAt + (o.deadlineExtensionMs?.() ?? 0);
+    },
     random: () => ((state = (state * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31),
   };
   const started = Date.now();
