@@ -4,7 +4,7 @@ import { KAFKAJS_FIXED_VERSION } from './kafkajs-idle-loop';
 /**
  * A batching consumer (`minBytes` 64 KiB, `maxWaitTimeInMs` 50 in the services) fetches twenty
  * times a second whatever the traffic: with nothing to read, every fetch waits out its 50 ms and
- * comes back empty. Six such groups kept the 2-core machine's broker at about 90 ms of CPU a second
+ * comes back empty. The five services' groups kept the 2-core machine's broker at about 90 ms of CPU a second
  * and each service at about 20 ms, with no saga running. kafkajs takes the fetch settings once per
  * consumer and has no incremental fetch sessions.
  *
