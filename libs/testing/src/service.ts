@@ -14,7 +14,7 @@ import { uniqueName } from './names';
  */
 export interface BuiltLike {
   readonly app: Pick<FastifyInstance, 'inject'>;
-  readonly lifecycle: { close(): Promise<void> };
+  readonly lifecycle: { close(): Promise<unknown> };
 }
 
 /** One service built in this process on real infrastructure, with its own database and topic prefix. */
