@@ -16,7 +16,18 @@ export type Step = 'done' | 'aborted';
 
 const TRANSIENT_TRIES_BEFORE_SPLIT = 3;
 export const defaultRetry: RetryPolicy = { initialMs: 100, maxMs: 5_000, maxAttempts: 5 };
-export const defaultIsRetriable = (error: unknown) => (error as { retriable?: boolean }).retriable === true;
+export const defaultIsRetriable = (error: unknown) => (error as { retriable?: boolean } | null | undefined)?.retriable === true;
+
+/**
+ * What a processor threw, as an object the retry logic can read `code`, `message` and `retriable`
+ * of: a rejection with `undefined`, `null` or a string would otherwise throw a TypeError from
+ * inside the catch, escape the loop, and crash-restart the consumer on the same message forever.
+ */
+export function asThrownObject(thrown: unknown): Error {
+  if (thrown instanceof Error) return thrown;
+  if (typeof thrown === 'object' && thrown !== null) return thrown as Error;
+  return new Error(`the handler threw a non-error: ${String(thrown)}`);
+}
 
 export const backoffMs = (retry: RetryPolicy, attempt: number) => Math.min(retry.maxMs, retry.initialMs * 2 ** Math.min(attempt, 16)) * (0.5 + Math.random() / 2);
 
@@ -70,7 +81,8 @@ export function createRunApplier<E extends { readonly type: string }>(deps: RunA
         batchSizes?.observe({ topic }, run.length);
         onDone(run[run.length - 1]!);
         return 'done';
-      } catch (error) {
+      } catch (thrown) {
+        const error = asThrownObject(thrown);
         const transient = isRetriable(error);
         // A transient failure that outlasts a few tries may belong to one message (a lock it keeps
         // losing): splitting lets the messages before it commit, and order is kept either way.

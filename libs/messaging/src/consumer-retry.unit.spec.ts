@@ -5,6 +5,7 @@ import { captureLogs, metricValue } from '@labelflow/testing';
 import type { Delivery, DeliveryOutcome } from './consumer-batch';
 import { createConsumerMetrics } from './consumer-metrics';
 import { createRunApplier, type Step } from './consumer-retry';
+import { MessagingErrors } from './errors';
 
 interface Msg {
   readonly type: 'Msg';
@@ -32,7 +33,7 @@ const fakePayload = () => {
  * A processor that applies a run atomically unless one of its messages is in `failing`: then it
  * throws, and nothing of the run counts, as the exactly-once shell's one transaction would.
  */
-const setup = (opts: { failing?: (n: number) => Error | undefined; maxAttempts?: number } = {}) => {
+const setup = (opts: { failing?: (n: number) => Error | undefined; rejectsWith?: { readonly n: number; readonly value: unknown }; maxAttempts?: number } = {}) => {
   const applied: number[][] = [];
   const deadLettered: { n: number; code: string }[] = [];
   const done: number[] = [];
@@ -42,6 +43,8 @@ const setup = (opts: { failing?: (n: number) => Error | undefined; maxAttempts?:
       handles: () => true,
       process: async (run) => {
         for (const { event } of run) {
+          // eslint-disable-next-line @typescript-eslint/only-throw-error -- a handler that throws a non-error is what this models
+          if (opts.rejectsWith?.n === event.n) throw opts.rejectsWith.value;
           const error = opts.failing?.(event.n);
           if (error) throw error;
         }
@@ -105,6 +108,17 @@ describe('the retry, split and dead-letter policy', () => {
       [3, 4],
     ]);
     expect(deadLettered).toEqual([]);
+  });
+
+  it('dead-letters a message whose handler rejects with undefined, null or a string, instead of crashing the loop', async () => {
+    for (const value of [undefined, null, 'boom']) {
+      const { apply, applied, deadLettered, done, onDone } = setup({ rejectsWith: { n: 2, value }, maxAttempts: 2 });
+      const { payload } = fakePayload();
+      expect(await apply([1, 2, 3].map(delivery), payload, onDone), String(value)).toBe('done');
+      expect(applied.flat(), String(value)).toEqual([1, 3]);
+      expect(deadLettered, String(value)).toEqual([{ n: 2, code: MessagingErrors.HANDLER_FAILED }]);
+      expect(done, String(value)).toEqual([1, 2, 3]);
+    }
   });
 
   it('gives up on a batch taken away by a rebalance, leaving its offsets unresolved', async () => {

@@ -161,6 +161,7 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
         await dlqProducer.disconnect();
         await admin?.disconnect();
       } finally {
+        offsets.close();
         idlePoll?.release();
         supervision.enter('stopped');
       }

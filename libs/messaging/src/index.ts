@@ -7,6 +7,6 @@ export * from './consumer';
 export { kafkajsOffsets, LOG_START_EVERY, type OffsetsSource, type PartitionOffsets } from './consumer-progress';
 export * from './offsets-reader';
 export { EVENT_TYPE_HEADER, type BatchProcessor, type Delivery, type DeliveryOutcome, type MessageMeta, type TopicBinding } from './consumer-batch';
-export type { RetryPolicy } from './consumer-retry';
+export { defaultIsRetriable, type RetryPolicy } from './consumer-retry';
 export type { ConsumerHealth, ConsumerState, RestartPolicy } from './consumer-supervision';
 export * from './partitioner';

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { captureLogs } from '@labelflow/testing';
 import { createOffsetCommitter, type NextOffset } from './offset-committer';
 
@@ -77,7 +77,7 @@ describe('the offset committer', () => {
     offsets.resolved('a', 1, '3');
     await broker.settle('fail');
     await expect(refused).resolves.toBeUndefined();
-    expect(lines.some((l) => l.msg === 'committing offsets failed; they go with the next commit')).toBe(true);
+    expect(lines.some((l) => l.msg === 'committing offsets failed; trying again')).toBe(true);
 
     const retried = offsets.commit(broker.commit);
     await broker.settle('ok');
@@ -86,6 +86,7 @@ describe('the offset committer', () => {
       { topic: 'a', partition: 1, offset: '4' },
       { topic: 'a', partition: 0, offset: '2' },
     ]);
+    offsets.close();
   });
 
   it('forgets what was not committed at a reset, even when a commit in flight fails after it', async () => {
@@ -100,5 +101,71 @@ describe('the offset committer', () => {
 
     await offsets.commit(broker.commit);
     expect(broker.requests).toHaveLength(1);
+  });
+});
+
+describe('a refused commit, when no batch comes after it', () => {
+  const { logger } = captureLogs({ service: 'offsets-test', level: 'error' });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('is tried again on its own, backing off, until the broker takes it', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const broker = fakeBroker();
+    const offsets = createOffsetCommitter({ log: logger, retry: { initialMs: 100, maxMs: 300 } });
+    offsets.resolved('a', 0, '9');
+    void offsets.commit(broker.commit);
+    await broker.settle('fail');
+
+    await vi.advanceTimersByTimeAsync(99);
+    expect(broker.requests).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(broker.requests).toHaveLength(2);
+    await broker.settle('fail');
+    await vi.advanceTimersByTimeAsync(199);
+    expect(broker.requests).toHaveLength(2);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(broker.requests).toHaveLength(3);
+    await broker.settle('fail');
+    await vi.advanceTimersByTimeAsync(300);
+    expect(broker.requests).toHaveLength(4);
+    await broker.settle('ok');
+
+    expect(broker.requests.map((r) => r[0]?.offset)).toEqual(['10', '10', '10', '10']);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(broker.requests).toHaveLength(4);
+  });
+
+  it('starts its back-off again from the first delay once a commit went through', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const broker = fakeBroker();
+    const offsets = createOffsetCommitter({ log: logger, retry: { initialMs: 100, maxMs: 1_000 } });
+    offsets.resolved('a', 0, '1');
+    void offsets.commit(broker.commit);
+    await broker.settle('fail');
+    await vi.advanceTimersByTimeAsync(100);
+    await broker.settle('ok');
+
+    offsets.resolved('a', 0, '2');
+    void offsets.commit(broker.commit);
+    await broker.settle('fail');
+    await vi.advanceTimersByTimeAsync(100);
+    expect(broker.requests).toHaveLength(4);
+    await broker.settle('ok');
+  });
+
+  it('is not tried again after a reset or a close', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    for (const end of ['reset', 'close'] as const) {
+      const broker = fakeBroker();
+      const offsets = createOffsetCommitter({ log: logger, retry: { initialMs: 100, maxMs: 100 } });
+      offsets.resolved('a', 0, '1');
+      void offsets.commit(broker.commit);
+      await broker.settle('fail');
+      offsets[end]();
+      await vi.advanceTimersByTimeAsync(1_000);
+      expect(broker.requests, end).toHaveLength(1);
+    }
   });
 });

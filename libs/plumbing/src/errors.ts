@@ -11,6 +11,11 @@ export const PlumbingErrors = {
   REDIS_TIMEOUT: 'PLUMBING_REDIS_TIMEOUT',
   /** A Redis call failed (retriable). Raised only when the caller maps no error of its own. */
   REDIS_UNAVAILABLE: 'PLUMBING_REDIS_UNAVAILABLE',
+  /**
+   * COMMIT was answered ROLLBACK: a statement of the transaction had failed and the body went on
+   * (it caught the error). Nothing was written, so the caller must not act as if it had.
+   */
+  TRANSACTION_ROLLED_BACK: 'PLUMBING_TRANSACTION_ROLLED_BACK',
   /** Options out of range: a lock timeout, a breaker threshold or open period, a latency budget. */
   CONFIG_INVALID: 'PLUMBING_CONFIG_INVALID',
 } as const;

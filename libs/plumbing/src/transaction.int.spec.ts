@@ -43,6 +43,17 @@ describe('withTransaction on a real PostgreSQL', () => {
     expect(await db.ids()).not.toContain('b');
   });
 
+  it('fails when a statement failed inside a body that caught it, since COMMIT then only rolls back', async () => {
+    const swallowing = async (tx: pg.PoolClient) => {
+      await insert('s1')(tx);
+      await insert('s1')(tx).catch(() => undefined); // a duplicate key: the transaction is now aborted
+      return 'looked fine';
+    };
+    await expect(withTransaction(db.pool, swallowing)).rejects.toMatchObject({ code: PlumbingErrors.TRANSACTION_ROLLED_BACK });
+    expect(await db.ids()).not.toContain('s1');
+    expect(await withTransaction(db.pool, async (tx) => (await insert('s2')(tx), 'next caller fine'))).toBe('next caller fine');
+  });
+
   it('rolls back without throwing when commitIf says no, and still returns the result', async () => {
     const result = await withTransaction(db.pool, async (tx) => (await insert('c')(tx), { status: 503 }), { commitIf: (r) => r.status < 500 });
     expect(result).toEqual({ status: 503 });

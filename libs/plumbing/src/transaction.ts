@@ -93,7 +93,14 @@ async function transact<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>,
     await client.query(beginSql(lockTimeoutMs));
     const result = await (isGuarded(pool) ? asTransactionBody(() => fn(client)) : fn(client));
     const commit = !commitIf || commitIf(result);
-    await client.query(commit ? 'COMMIT' : 'ROLLBACK');
+    const ended = await client.query(commit ? 'COMMIT' : 'ROLLBACK');
+    // PostgreSQL answers COMMIT of an aborted transaction with a ROLLBACK tag, not an error: a body
+    // that swallowed a failed statement would otherwise pass for committed (offsets resolved,
+    // Redis keys marked done, a 2xx sent) with nothing written.
+    if (commit && ended.command !== 'COMMIT') {
+      span?.annotate({}, { 'labelflow.db.outcome': 'rollback' });
+      throw new PlumbingError(PlumbingErrors.TRANSACTION_ROLLED_BACK, 'the transaction was rolled back at COMMIT: one of its statements had failed');
+    }
     span?.annotate({}, { 'labelflow.db.outcome': commit ? 'commit' : 'rollback' });
     return result;
   });

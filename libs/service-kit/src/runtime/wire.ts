@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { z } from 'zod';
 import { consumedTopicName, consumedTopicSchema, inputTopicOf, InputTopics, isInputType, Topics, topicOf, type ConsumedEvent, type InputTopicKey, type TopicKey } from '@labelflow/contracts';
 import { createDedupGate, inboxReader, type DedupGate } from '@labelflow/dedup';
-import { createConsumerLoop, createOffsetsReader, createPublisher, type ConsumerLoop } from '@labelflow/messaging';
+import { createConsumerLoop, createOffsetsReader, createPublisher, defaultIsRetriable, type ConsumerLoop } from '@labelflow/messaging';
 import { createOutboxRelay, type OutboxRelay } from '@labelflow/outbox';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
@@ -117,7 +117,7 @@ export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceCon
     deadLetterTopic: w.kafka.deadLetterTopic,
     logger,
     metrics,
-    isRetriable: (error) => (error as { retriable?: boolean }).retriable === true || isTransientDbError(error),
+    isRetriable: (error) => defaultIsRetriable(error) || isTransientDbError(error),
     sessionTimeoutMs: config.KAFKA_SESSION_TIMEOUT_MS,
     minBytes: config.KAFKA_FETCH_MIN_BYTES,
     maxWaitTimeInMs: config.KAFKA_FETCH_MAX_WAIT_MS,
