@@ -43,7 +43,6 @@ const setup = (opts: { failing?: (n: number) => Error | undefined; rejectsWith?:
       handles: () => true,
       process: async (run) => {
         for (const { event } of run) {
-          // eslint-disable-next-line @typescript-eslint/only-throw-error -- a handler that throws a non-error is what this models
           if (opts.rejectsWith?.n === event.n) throw opts.rejectsWith.value;
           const error = opts.failing?.(event.n);
           if (error) throw error;
