@@ -14,7 +14,10 @@ export interface PoolOptions {
 }
 
 export function createPool(connectionString: string, { max = 10, refuseNestedConnections: refuseNested = false }: PoolOptions = {}): pg.Pool {
-  const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis: 5_000 });
+  // TCP keepalive: a connection whose server vanished without a reset (a crashed host, a failover
+  // that moved the address, a NAT that forgot it) is found dead by the kernel instead of hanging
+  // forever, which matters most for the sessions that sit idle between queries (LISTEN).
+  const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis: 5_000, keepAlive: true, keepAliveInitialDelayMillis: 10_000 });
   // An idle client losing its server must not crash the process: the next query reconnects.
   pool.on('error', () => undefined);
   // Nor may a checked-out one (pg-pool drops its idle listener on checkout, and pg emits 'error'
@@ -37,6 +40,9 @@ export async function ensureDatabase(url: string): Promise<void> {
   const admin = new URL(url);
   admin.pathname = '/postgres';
   const client = new pg.Client({ connectionString: admin.toString(), connectionTimeoutMillis: 5_000 });
+  // A server that goes away mid-query emits 'error' too: without a listener that would crash the
+  // start with a bare stack instead of DATABASE_UNAVAILABLE (the query rejects with the cause).
+  client.on('error', () => undefined);
   try {
     await client.connect();
     const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { isTransientDbError } from './db';
+import { createPool, isTransientDbError } from './db';
 
 const withCode = (code: string) => Object.assign(new Error(`failed with ${code}`), { code });
 
@@ -21,5 +21,14 @@ describe('isTransientDbError', () => {
     expect(isTransientDbError(new TypeError('x is undefined'))).toBe(false);
     expect(isTransientDbError({})).toBe(false);
     expect(isTransientDbError(undefined)).toBe(false);
+  });
+});
+
+describe('createPool', () => {
+  it('asks for TCP keepalive, so a server gone without a reset is found dead instead of hanging an idle LISTEN session forever', async () => {
+    const pool = createPool('postgres://nobody@127.0.0.1:1/none');
+    const options = (pool as unknown as { options: { keepAlive?: boolean; keepAliveInitialDelayMillis?: number } }).options;
+    expect([options.keepAlive, options.keepAliveInitialDelayMillis]).toEqual([true, 10_000]);
+    await pool.end();
   });
 });

@@ -10,10 +10,69 @@ export interface HttpAppDeps {
   readonly logger: Logger;
   /** Named readiness probes; each throws when its dependency does not answer. */
   readonly readiness: Readonly<Record<string, () => Promise<unknown>>>;
+  /** How long one probe may take before it counts as down; default READINESS_PROBE_TIMEOUT_MS. */
+  readonly readinessTimeoutMs?: number;
   readonly metrics?: Metrics;
   readonly bodyLimit?: number;
   /** Every route but /healthz and /readyz requires a verified bearer token (see @labelflow/auth). */
   readonly auth: AuthHookOptions;
+}
+
+/** A probe that has not answered in this long counts as down: a dependency that hangs is not ready. */
+export const READINESS_PROBE_TIMEOUT_MS = 2_000;
+
+/**
+ * Addresses in an error's text (IPv4 and IPv6, host:port, the host a lookup failed for): what an
+ * anonymous caller of /readyz must not learn of the network behind a service. The log keeps them.
+ */
+const ADDRESSES: readonly RegExp[] = [
+  /\[[0-9a-f:.]+\](?::\d{1,5})?/gi,
+  /(?<![\w:])(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{0,4}(?:\.\d{1,3}){0,3}(?![\w:])/gi,
+  /\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b/g,
+  /\b[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*:\d{2,5}\b/gi,
+  /(?<=\b(?:ENOTFOUND|EAI_AGAIN)\s)\S+/g,
+];
+
+/** An error's message for the public /readyz body, with addresses replaced. */
+export const publicReason = (message: string): string => ADDRESSES.reduce((text, pattern) => text.replace(pattern, '<address>'), message);
+
+/**
+ * Runs the readiness probes, each bounded by `timeoutMs`. Callers that come while a run is under
+ * way share it, so a flood of anonymous /readyz requests costs one probe of each dependency at a
+ * time, not one per request (a pool connection, a Redis ping and a Kafka request each). A probe's
+ * change of state is logged with the full error; the answer carries it without addresses.
+ */
+export function readinessProbe(probes: HttpAppDeps['readiness'], { timeoutMs, logger }: { readonly timeoutMs: number; readonly logger: Logger }): () => Promise<Record<string, string>> {
+  let running: Promise<Record<string, string>> | undefined;
+  const last = new Map<string, string>();
+  const once = async ([name, probe]: [string, () => Promise<unknown>]): Promise<[string, string]> => {
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+      timer.unref();
+    });
+    try {
+      await Promise.race([Promise.resolve().then(probe), timedOut]);
+      if (last.get(name) !== 'ok' && last.has(name)) logger.info({ check: name }, 'readiness check passes again');
+      last.set(name, 'ok');
+      return [name, 'ok'];
+    } catch (error) {
+      const state = `down: ${publicReason((error as Error | undefined)?.message ?? String(error))}`;
+      if (last.get(name) !== state) logger.warn({ err: error, check: name }, 'readiness check fails');
+      last.set(name, state);
+      return [name, state];
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+  return () => {
+    running ??= Promise.all(Object.entries(probes).map(once))
+      .then((checks) => Object.fromEntries(checks))
+      .finally(() => {
+        running = undefined;
+      });
+    return running;
+  };
 }
 
 const errorBody = (code: string, message: string, details?: unknown): ErrorBody => ({
@@ -103,7 +162,7 @@ function instrument(app: FastifyInstance, metrics: Metrics | undefined): void {
  * /healthz (process alive), /readyz (dependencies answer), /metrics, and incoming W3C trace context
  * made active for the handler so emitted events continue the caller's trace.
  */
-export function createHttpApp({ logger, readiness, metrics, auth, bodyLimit = 1_048_576 }: HttpAppDeps): FastifyInstance {
+export function createHttpApp({ logger, readiness, readinessTimeoutMs, metrics, auth, bodyLimit = 1_048_576 }: HttpAppDeps): FastifyInstance {
   const app: FastifyInstance = Fastify({
     loggerInstance: logger.child({ component: 'http' }) as FastifyBaseLogger,
     // One access line per request (below) instead of fastify's two: each line is a synchronous
@@ -161,19 +220,11 @@ export function createHttpApp({ logger, readiness, metrics, auth, bodyLimit = 1_
   app.setNotFoundHandler((request, reply) => reply.status(404).send(errorBody('NOT_FOUND', `no route ${request.method} ${request.url}`)));
 
   app.get('/healthz', async () => ({ status: 'ok' }));
+  const probeReadiness = readinessProbe(readiness, { timeoutMs: readinessTimeoutMs ?? READINESS_PROBE_TIMEOUT_MS, logger });
   app.get('/readyz', async (_request, reply) => {
-    const checks = await Promise.all(
-      Object.entries(readiness).map(async ([name, probe]) => {
-        try {
-          await probe();
-          return [name, 'ok'] as const;
-        } catch (error) {
-          return [name, `down: ${(error as Error).message}`] as const;
-        }
-      }),
-    );
-    const ready = checks.every(([, state]) => state === 'ok');
-    return reply.status(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', checks: Object.fromEntries(checks) });
+    const checks = await probeReadiness();
+    const ready = Object.values(checks).every((state) => state === 'ok');
+    return reply.status(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', checks });
   });
   if (metrics) {
     app.get('/metrics', async (request, reply) => {

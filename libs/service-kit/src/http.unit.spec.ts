@@ -1,4 +1,4 @@
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import type { JWK } from 'jose';
 import { createRateLimiter, createTokenVerifier, generateSigningKey, issueToken, type AuthHookOptions, type TokenRequest } from '@labelflow/auth';
@@ -178,6 +178,50 @@ describe('createHttpApp authentication', () => {
     const health = await server.inject({ url: '/healthz' });
     const ready = await server.inject({ url: '/readyz' });
     expect([health.statusCode, ready.statusCode, ready.json().status]).toEqual([200, 200, 'ready']);
+    await server.close();
+  });
+
+  it('answers /readyz 503 for a probe that hangs, once its timeout has passed, and names the check', async () => {
+    const server = app({ readiness: { postgres: async () => undefined, kafka: () => new Promise(() => undefined) }, readinessTimeoutMs: 50 });
+    const ready = await server.inject({ url: '/readyz' });
+    expect(ready.statusCode).toBe(503);
+    expect(ready.json()).toEqual({ status: 'not ready', checks: { postgres: 'ok', kafka: 'down: no answer within 50 ms' } });
+    await server.close();
+  });
+
+  it('keeps the network behind a service out of /readyz: addresses in a probe\'s error are replaced, and the log keeps them', async () => {
+    const logs = captureLogs({ service: 'test' });
+    const refused = () => Promise.reject(new Error('connect ECONNREFUSED 10.0.3.7:5432'));
+    const server = app({ logger: logs.logger, readiness: { postgres: refused, redis: () => Promise.reject(new Error('getaddrinfo ENOTFOUND redis.internal')) } });
+    const ready = await server.inject({ url: '/readyz' });
+    expect(ready.json().checks).toEqual({ postgres: 'down: connect ECONNREFUSED <address>', redis: 'down: getaddrinfo ENOTFOUND <address>' });
+    expect(ready.body).not.toMatch(/10\.0\.3\.7|redis\.internal/);
+    expect(logs.lines.filter((l) => l.msg === 'readiness check fails').map((l) => (l.err as { message: string }).message)).toEqual(
+      expect.arrayContaining(['connect ECONNREFUSED 10.0.3.7:5432', 'getaddrinfo ENOTFOUND redis.internal']),
+    );
+    await server.inject({ url: '/readyz' });
+    expect(logs.lines.filter((l) => l.msg === 'readiness check fails')).toHaveLength(2);
+    await server.close();
+  });
+
+  it('runs each probe once for /readyz requests that come together', async () => {
+    let runs = 0;
+    let answer!: () => void;
+    const slow = () => {
+      runs++;
+      return new Promise<void>((resolve) => (answer = resolve));
+    };
+    const server = app({ readiness: { postgres: slow } });
+    const requests = Array.from({ length: 20 }, () => server.inject({ url: '/readyz' }));
+    await vi.waitFor(() => expect(runs).toBe(1));
+    answer();
+    const answers = await Promise.all(requests);
+    expect(answers.map((a) => a.statusCode)).toEqual(Array.from({ length: 20 }, () => 200));
+    expect(runs).toBe(1);
+    const later = server.inject({ url: '/readyz' });
+    await vi.waitFor(() => expect(runs).toBe(2));
+    answer();
+    expect((await later).statusCode).toBe(200);
     await server.close();
   });
 

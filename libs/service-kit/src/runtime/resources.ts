@@ -31,7 +31,8 @@ export async function migrateDatabase(pool: Pool, migrations: readonly Migration
 export async function openRedis(config: BaseConfig, logger: Logger, lifecycle: Lifecycle): Promise<Redis> {
   // Commands fail fast while Redis is away (the dedup breaker takes over); reconnects stay frequent
   // so recovery is noticed within a second.
-  const redis = new Redis(config.REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: (times) => Math.min(times * 50, 500) });
+  // keepAlive: a Redis that vanished without a reset is found dead by the kernel, then reconnected.
+  const redis = new Redis(config.REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, keepAlive: 10_000, retryStrategy: (times) => Math.min(times * 50, 500) });
   redis.on('error', () => undefined);
   lifecycle.onClose('redis', async () => void redis.disconnect());
   await redis.connect().catch((error: Error) => logger.warn({ err: error }, 'redis not reachable at start'));
