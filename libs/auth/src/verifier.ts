@@ -1,4 +1,4 @@
-import { createLocalJWKSet, createRemoteJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTVerifyGetKey } from 'jose';
+import { createLocalJWKSet, createRemoteJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose';
 import type { Result } from '@labelflow/contracts';
 import { AuthError, AuthErrors } from './errors';
 import { principalFromClaims, type Principal } from './principal';
@@ -25,8 +25,20 @@ export interface TokenVerifierOptions {
   readonly clockToleranceS?: number;
   /** How long a remote JWKS fetch may take. Default 5000 ms. */
   readonly jwksTimeoutMs?: number;
-  /** Verified tokens remembered until they expire (a client sends one token many times). Default 10 000; 0 turns it off. */
+  /** Verified tokens remembered (a client sends one token many times). Default 10 000; 0 turns it off. */
   readonly cacheSize?: number;
+  /**
+   * How long a verified token is remembered, at most (and never past its `exp`). Default 60 s: a
+   * key taken out of the key set, or a token the identity provider stopped accepting, is refused
+   * again within this long, while a busy client still pays for one signature check a minute.
+   */
+  readonly cacheTtlMs?: number;
+  /**
+   * The longest lifetime a token may claim, `exp` - `iat` (or `exp` - now without `iat`), seconds.
+   * Default 86 400 (24 h). A leaked long-lived token is the worst case of a leaked key; an `iat`
+   * in the future (beyond the clock tolerance) is refused too.
+   */
+  readonly maxLifetimeS?: number;
   readonly nowMs?: () => number;
 }
 
@@ -83,6 +95,8 @@ export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifie
   };
   const clockTolerance = options.clockToleranceS ?? 30;
   const cacheSize = options.cacheSize ?? 10_000;
+  const cacheTtlMs = options.cacheTtlMs ?? DEFAULT_CACHE_TTL_MS;
+  const maxLifetimeS = options.maxLifetimeS ?? DEFAULT_MAX_LIFETIME_S;
   const now = options.nowMs ?? Date.now;
   // A signature check costs more than the rest of a small request; the same bytes verified once
   // stay verified until `exp`. Only successes are kept, keyed by the whole token.
@@ -95,10 +109,12 @@ export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifie
       if (hit) verified.delete(token);
       try {
         const { payload } = await jwtVerify(token, getKey, { issuer: options.issuer, audience: options.audience, algorithms, clockTolerance, requiredClaims: ['exp', 'sub'], currentDate: new Date(now()) });
+        const lifetime = lifetimeProblem(payload, { nowS: now() / 1000, maxLifetimeS, clockTolerance });
+        if (lifetime) return { ok: false, reason: { code: AuthErrors.TOKEN_INVALID, message: lifetime } };
         const principal = principalFromClaims(payload);
         if (principal.ok && cacheSize > 0) {
           // Not before nbf - tolerance is already true; expiry is exp + tolerance, as jwtVerify judges it.
-          verified.set(token, { principal: principal.value, expiresMs: ((payload.exp ?? 0) + clockTolerance) * 1000 });
+          verified.set(token, { principal: principal.value, expiresMs: Math.min(((payload.exp ?? 0) + clockTolerance) * 1000, now() + cacheTtlMs) });
           if (verified.size > cacheSize) verified.delete(verified.keys().next().value as string);
         }
         return principal;
@@ -111,6 +127,18 @@ export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifie
       }
     },
   };
+}
+
+export const DEFAULT_CACHE_TTL_MS = 60_000;
+export const DEFAULT_MAX_LIFETIME_S = 86_400;
+
+/** Why a token's `iat`/`exp` make it unacceptable however well it is signed, or undefined. */
+function lifetimeProblem(payload: JWTPayload, { nowS, maxLifetimeS, clockTolerance }: { nowS: number; maxLifetimeS: number; clockTolerance: number }): string | undefined {
+  const { iat, exp } = payload;
+  if (iat !== undefined && iat > nowS + clockTolerance) return 'the token\'s iat claim is in the future';
+  const lifetime = (exp ?? 0) - (iat ?? nowS);
+  if (lifetime > maxLifetimeS) return `the token is valid for ${Math.round(lifetime)} s, longer than the ${maxLifetimeS} s accepted`;
+  return undefined;
 }
 
 const isFetchFailure = (error: unknown) => error instanceof TypeError && /fetch/i.test(error.message);

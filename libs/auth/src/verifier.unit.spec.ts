@@ -1,7 +1,7 @@
-import { exportJWK, generateKeyPair, SignJWT, UnsecuredJWT } from 'jose';
+import { exportJWK, generateKeyPair, importJWK, SignJWT, UnsecuredJWT } from 'jose';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { AuthError } from './errors';
 import { generateSigningKey, issueToken } from './issuer';
 import { createTokenVerifier } from './verifier';
@@ -43,6 +43,50 @@ describe('token verification', async () => {
     const result = await cached.verify(token);
     expect(result.ok).toBe(false);
     if (!result.ok) expect(result.reason.message).toBe('the token has expired');
+  });
+
+  it('refuses a token that claims to be valid for longer than the accepted lifetime, however well signed', async () => {
+    const day = await verifier.verify(await sign({ ttlS: 86_400 }));
+    expect(day.ok).toBe(true);
+    const century = await verifier.verify(await sign({ ttlS: 100 * 365 * 86_400 }));
+    expect(century).toEqual({ ok: false, reason: { code: 'TOKEN_INVALID', message: 'the token is valid for 3153600000 s, longer than the 86400 s accepted' } });
+    const strict = createTokenVerifier({ issuer, audience, jwks: publicJwks, maxLifetimeS: 3_600 });
+    expect((await strict.verify(await sign({ ttlS: 3_600 }))).ok).toBe(true);
+    expect((await strict.verify(await sign({ ttlS: 3_601 }))).ok).toBe(false);
+  });
+
+  it('judges a token without iat by the time it has left, and refuses an iat in the future', async () => {
+    const key = await importJWK(privateJwk, 'EdDSA');
+    const nowS = Math.floor(Date.now() / 1000);
+    /** Signed by the configured key, with exactly the time claims given (no nbf). */
+    const token = (times: { iat?: number; exp: number }) => {
+      const jwt = new SignJWT({ labelflow: { projects: {} } }).setProtectedHeader({ alg: 'EdDSA', kid: privateJwk.kid as string }).setIssuer(issuer).setAudience(audience).setSubject('alice').setExpirationTime(times.exp);
+      return (times.iat === undefined ? jwt : jwt.setIssuedAt(times.iat)).sign(key);
+    };
+    expect((await verifier.verify(await token({ exp: nowS + 3_600 }))).ok).toBe(true);
+    expect(await verifier.verify(await token({ exp: nowS + 2 * 86_400 }))).toMatchObject({ ok: false, reason: { message: expect.stringMatching(/^the token is valid for \d+ s, longer than the 86400 s accepted$/) } });
+    expect(await verifier.verify(await token({ iat: nowS + 3_600, exp: nowS + 7_200 }))).toEqual({ ok: false, reason: { code: 'TOKEN_INVALID', message: 'the token\'s iat claim is in the future' } });
+    expect((await verifier.verify(await token({ iat: nowS + 10, exp: nowS + 3_600 }))).ok).toBe(true);
+  });
+
+  it('stops accepting a remembered token within a minute once its key is gone from the identity provider\'s key set', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      let keys = publicJwks;
+      const idp = createServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(keys)));
+      await new Promise<void>((resolve) => idp.listen(0, '127.0.0.1', resolve));
+      const remote = createTokenVerifier({ issuer, audience, jwksUrl: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks.json`, jwksTimeoutMs: 2_000 });
+      const token = await sign({ ttlS: 3_600 });
+      expect((await remote.verify(token)).ok).toBe(true);
+
+      keys = (await generateSigningKey()).publicJwks; // the key is rotated out
+      vi.setSystemTime(Date.now() + 11 * 60_000); // past the key set's 10-minute cache, well within the token's hour
+      const after = await remote.verify(token);
+      await new Promise((resolve) => idp.close(resolve));
+      expect(after).toEqual({ ok: false, reason: { code: 'TOKEN_INVALID', message: 'no configured key matches the token' } });
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('allows a small clock skew on expiry and not-before', async () => {

@@ -27,6 +27,10 @@ export const AuthConfigShape = {
   AUTH_DEV_SHARED_SECRET: z.string().optional(),
   /** Allowed clock difference for exp/nbf, seconds. */
   AUTH_CLOCK_SKEW_S: z.coerce.number().int().min(0).max(300).default(30),
+  /** The longest lifetime a token may claim (exp - iat), seconds: longer-lived tokens are refused. */
+  AUTH_MAX_TOKEN_LIFETIME_S: z.coerce.number().int().min(60).max(2_592_000).default(86_400),
+  /** `production` refuses AUTH_DEV_SHARED_SECRET (the image sets it). */
+  NODE_ENV: z.string().optional(),
   /** Per-subject requests per second to one service, shared by its instances through Redis. */
   RATE_LIMIT_PER_SECOND: z.coerce.number().min(0.01).max(1_000_000).default(100),
   /** Requests a subject may send at once. */
@@ -64,11 +68,15 @@ function verifierOptions(config: AuthConfig): { options?: TokenVerifierOptions; 
     issuer: config.AUTH_ISSUER,
     audience: config.AUTH_AUDIENCE,
     clockToleranceS: config.AUTH_CLOCK_SKEW_S,
+    maxLifetimeS: config.AUTH_MAX_TOKEN_LIFETIME_S,
     ...(jwks ? { jwks: jwks as TokenVerifierOptions['jwks'] } : {}),
     ...(config.AUTH_JWKS_URL ? { jwksUrl: config.AUTH_JWKS_URL } : {}),
     ...(config.AUTH_DEV_SHARED_SECRET !== undefined ? { sharedSecret: config.AUTH_DEV_SHARED_SECRET } : {}),
   };
-  return { options, problems: checkVerifierOptions(options).map((p) => `AUTH_*: ${p}`) };
+  const problems = checkVerifierOptions(options).map((p) => `AUTH_*: ${p}`);
+  // Anyone who learns a shared secret can mint an admin token: never in a production deployment.
+  if (config.AUTH_DEV_SHARED_SECRET !== undefined && config.NODE_ENV === 'production') problems.push('AUTH_DEV_SHARED_SECRET: refused when NODE_ENV=production; give the identity provider\'s public keys');
+  return { options, problems };
 }
 
 /** Cross-field checks of the auth settings, for `loadConfig`. */

@@ -91,6 +91,22 @@ describe('service-kit: loadConfig', () => {
     }
   });
 
+  it('caps token lifetimes at a day by default, takes another cap, and refuses one under a minute or over 30 days', () => {
+    expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ AUTH_MAX_TOKEN_LIFETIME_S: 86_400 });
+    expect(loadConfig(BaseConfig, { ...validEnv, AUTH_MAX_TOKEN_LIFETIME_S: '3600' })).toMatchObject({ AUTH_MAX_TOKEN_LIFETIME_S: 3_600 });
+    for (const bad of ['59', '2592001', 'forever']) {
+      expect((failure({ ...validEnv, AUTH_MAX_TOKEN_LIFETIME_S: bad }).details as string[]).map((p) => p.split(':')[0]), bad).toEqual(['AUTH_MAX_TOKEN_LIFETIME_S']);
+    }
+  });
+
+  it('refuses a development shared secret in production, and takes it elsewhere', () => {
+    const secret = 'a-development-secret-of-at-least-32-bytes';
+    expect(loadConfig(BaseConfig, { ...validEnv, AUTH_DEV_SHARED_SECRET: secret })).toMatchObject({ AUTH_DEV_SHARED_SECRET: secret });
+    const refused = failure({ ...validEnv, AUTH_DEV_SHARED_SECRET: secret, NODE_ENV: 'production' });
+    expect(refused.details).toEqual(['AUTH_DEV_SHARED_SECRET: refused when NODE_ENV=production; give the identity provider\'s public keys']);
+    expect(loadConfig(BaseConfig, { ...validEnv, NODE_ENV: 'production' })).toMatchObject({ NODE_ENV: 'production' });
+  });
+
   it('rejects a broker list that is only separators', () => {
     expect(failure({ ...validEnv, KAFKA_BROKERS: ' , ' }).code).toBe(ServiceKitErrors.CONFIG_INVALID);
   });
