@@ -269,7 +269,8 @@ async function withRetries<T>(deps: ImportDeps, attempt: () => Promise<T>): Prom
       return await attempt();
     } catch (error) {
       if (!retriable(error) || tries >= deps.settings.attempts) {
-        if (retriable(error)) throw new ImportError(ImportErrors.IMPORT_STORE_UNAVAILABLE, `the database stayed unavailable after ${tries} tries: ${(error as Error).message}`, { cause: error, retriable: true });
+        // The cause (host, port, driver text) goes to the log with the route's warning, not to the caller.
+        if (retriable(error)) throw new ImportError(ImportErrors.IMPORT_STORE_UNAVAILABLE, `the database stayed unavailable after ${tries} tries; re-upload the file with the same importId to finish the import`, { cause: error, retriable: true });
         throw error;
       }
       deps.logger.warn({ err: error, tries }, 'import batch failed on a transient error; retrying');
