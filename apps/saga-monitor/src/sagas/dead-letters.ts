@@ -1,5 +1,6 @@
 import { TopicOwners } from '@labelflow/contracts';
-import { createKafka, ensureTopics } from '@labelflow/messaging';
+import type { ConsumerRunConfig } from 'kafkajs';
+import { createConsumerMetrics, createKafka, defaultRestart, ensureTopics, superviseConsumer } from '@labelflow/messaging';
 import { deadLetterTopic, kafkaSecurity, type Lifecycle, type Pool, type Queryable } from '@labelflow/service-kit';
 import type { Logger } from '@labelflow/telemetry';
 import type { SagaMonitorConfig } from '../config';
@@ -91,14 +92,23 @@ export async function startDeadLetterFollower(deps: { readonly config: SagaMonit
   // Each service creates its own DLQ at start; the monitor may start first.
   await ensureTopics(kafka, topics, config.KAFKA_TOPIC_PARTITIONS);
   const consumer = kafka.consumer({ groupId: `${prefix}.saga-monitor.dead-letters`, sessionTimeout: config.KAFKA_SESSION_TIMEOUT_MS });
-  lifecycle.onClose('dead-letter-follower', () => consumer.disconnect());
-  await consumer.connect();
-  await consumer.subscribe({ topics, fromBeginning: true });
-  await consumer.run({
+  const runConfig: ConsumerRunConfig = {
     eachMessage: async ({ topic, partition, message }) => {
       const row = readDeadLetter(topic, partition, message, prefix);
       await recordDeadLetter(pool, row);
       logger.info({ topic, offset: message.offset, taskId: row.taskId, code: row.code }, 'dead letter recorded');
     },
+  };
+  // Restarted, with backoff, after a crash kafkajs gives up on (a refused join, a coordinator
+  // error it does not retry): a dead follower would leave timelines without their dead letters.
+  const supervision = superviseConsumer({ consumer, runConfig, policy: defaultRestart, metrics: createConsumerMetrics(undefined), log: logger });
+  lifecycle.onClose('dead-letter-follower', async () => {
+    await supervision.close();
+    await consumer.disconnect();
+    supervision.enter('stopped');
   });
+  supervision.enter('starting');
+  await consumer.connect();
+  await consumer.subscribe({ topics, fromBeginning: true });
+  await consumer.run(runConfig);
 }
