@@ -27,7 +27,11 @@ export interface SweeperDeps {
    * How far the service's consumer has caught up (see ConsumerLoop.caughtUpTo); undefined while
    * unknown. A deadline is judged against a clock that never runs ahead of it: a task whose
    * LabelSubmitted is still waiting unread in Kafka is not reopened as if its annotator had
-   * never submitted. Absent for a service that consumes nothing.
+   * never submitted. It cannot see what another service committed and has not yet relayed to
+   * Kafka: a submission held in label-svc's outbox for longer than the deadline's grace
+   * (ASSIGNMENT_LEASE_GRACE_MS, 30 s) arrives after the reopen and is refused as a stale attempt.
+   * The grace is what covers relay lag (watch `outbox_publish_failures_total`). Absent for a service that
+   * consumes nothing.
    */
   readonly caughtUpTo?: () => number | undefined;
   readonly everyMs: number;
