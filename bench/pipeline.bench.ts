@@ -34,6 +34,7 @@ import {
   createExactlyOnce,
   createIdSource,
   createPool,
+  createLongPollQuota,
   createTaskSignals,
   deadLetterTopic,
   isTransientDbError,
@@ -337,6 +338,7 @@ async function runPipeline(env: Env, prefix: string, workload: Workload, tag: st
       emit: emitter.emit,
       prepare: emitter.prepare,
       signals,
+      longPolls: createLongPollQuota(config.LONG_POLLS_PER_CALLER),
     };
     const gate = createDedupGate({
       redis,

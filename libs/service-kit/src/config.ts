@@ -63,6 +63,8 @@ export const BaseConfig = z.object({
   CONSUMER_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(5),
   /** How long an Idempotency-Key's stored response is replayed (the published expiry, default 24 h). */
   IDEMPOTENCY_TTL_MS: z.coerce.number().int().min(1_000).max(30 * 24 * 3600_000).default(24 * 3600_000),
+  /** Requests one caller may have waiting (Prefer: wait) in one instance; beyond it the wait is not honoured. */
+  LONG_POLLS_PER_CALLER: z.coerce.number().int().min(1).max(100_000).default(256),
   /**
    * While the server's autovacuum is off, how often the service looks for its own tables that
    * autovacuum's default rules would vacuum or analyze, and does so; 0: never.

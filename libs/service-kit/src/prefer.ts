@@ -54,14 +54,62 @@ export function parsePreferWait(header: string | readonly string[] | undefined, 
   return undefined;
 }
 
+/** The default of LONG_POLLS_PER_CALLER: waiting requests one caller may have in one instance. */
+export const DEFAULT_LONG_POLLS_PER_CALLER = 256;
+
+/**
+ * How many requests each caller may have waiting (Prefer: wait) in this instance. Within the rate
+ * limit one caller could otherwise keep thousands waiting, each looking at the database again on
+ * every signal and every RECHECK_MS. Beyond the quota the preference is simply not honoured
+ * (RFC 7240 lets a server ignore it): the request gets today's answer at once.
+ */
+export interface LongPollQuota {
+  /** A slot for `caller`, with its release (idempotent); undefined when the caller has none left. */
+  tryTake(caller: string): (() => void) | undefined;
+  /** Requests `caller` has waiting now. */
+  waiting(caller: string): number;
+}
+
+export function createLongPollQuota(perCaller: number = DEFAULT_LONG_POLLS_PER_CALLER): LongPollQuota {
+  if (!Number.isInteger(perCaller) || perCaller < 1) throw new RangeError(`perCaller must be a positive integer, got ${perCaller}`);
+  const held = new Map<string, number>();
+  return {
+    tryTake(caller) {
+      const now = held.get(caller) ?? 0;
+      if (now >= perCaller) return undefined;
+      held.set(caller, now + 1);
+      let released = false;
+      return () => {
+        if (released) return;
+        released = true;
+        const left = (held.get(caller) ?? 1) - 1;
+        if (left <= 0) held.delete(caller);
+        else held.set(caller, left);
+      };
+    },
+    waiting: (caller) => held.get(caller) ?? 0,
+  };
+}
+
 /**
  * The wait the request asked for with `Prefer: wait=N`, capped, in ms; sets `Preference-Applied`
  * on the reply, which every answer of the route then carries, so only call it where the route does
- * wait.
+ * wait. With a `quota`, the wait holds one of the caller's slots until the response is over, and
+ * a caller with none left gets no wait (undefined, no Preference-Applied).
  */
-export function honourPreferWait(request: FastifyRequest, reply: FastifyReply, maxSeconds = MAX_PREFER_WAIT_S): number | undefined {
+export function honourPreferWait(request: FastifyRequest, reply: FastifyReply, quota?: LongPollQuota, maxSeconds = MAX_PREFER_WAIT_S): number | undefined {
   const waitMs = parsePreferWait(request.headers[PREFER_HEADER], maxSeconds);
-  if (waitMs !== undefined) reply.header(PREFERENCE_APPLIED_HEADER, `wait=${waitMs / 1000}`);
+  if (waitMs === undefined) return undefined;
+  if (quota && waitMs > 0) {
+    const release = quota.tryTake(request.principal.subject);
+    if (!release) {
+      request.log.debug({ caller: request.principal.subject }, 'Prefer: wait not honoured: the caller has every long-poll slot of this instance');
+      return undefined;
+    }
+    reply.raw.once('close', release);
+    reply.raw.once('finish', release);
+  }
+  reply.header(PREFERENCE_APPLIED_HEADER, `wait=${waitMs / 1000}`);
   return waitMs;
 }
 

@@ -1,6 +1,7 @@
-import { describe, expect, it } from 'vitest';
+import Fastify from 'fastify';
+import { describe, expect, it, vi } from 'vitest';
 import { HttpError } from './errors';
-import { parsePreferWait, retryWhileNotYet } from './prefer';
+import { createLongPollQuota, honourPreferWait, parsePreferWait, retryWhileNotYet } from './prefer';
 import { MAX_SIGNAL_PAYLOAD_BYTES, signalPayloads, type TaskSignals, type TaskSubscription } from './signals';
 
 describe('service-kit: parsePreferWait (RFC 7240)', () => {
@@ -37,6 +38,56 @@ describe('service-kit: parsePreferWait (RFC 7240)', () => {
     expect(parsePreferWait('wait=5s', 30)).toBeUndefined();
     expect(parsePreferWait('waiting=5', 30)).toBeUndefined();
     expect(parsePreferWait('foo="wait=5"', 30)).toBeUndefined();
+  });
+});
+
+describe('service-kit: each caller\'s share of the waiting requests', () => {
+  it('gives a caller at most its quota of slots, gives one back once, and keeps callers apart', () => {
+    const quota = createLongPollQuota(2);
+    const first = quota.tryTake('ann');
+    const second = quota.tryTake('ann');
+    expect([first, second].every((r) => typeof r === 'function')).toBe(true);
+    expect(quota.tryTake('ann')).toBeUndefined();
+    expect(quota.tryTake('bob')).toBeTypeOf('function');
+    first?.();
+    first?.();
+    expect(quota.waiting('ann')).toBe(1);
+    expect(quota.tryTake('ann')).toBeTypeOf('function');
+    expect(() => createLongPollQuota(0)).toThrow(RangeError);
+  });
+
+  it('answers a caller out of slots at once, without Preference-Applied, and honours the wait again once a response is over', async () => {
+    const quota = createLongPollQuota(2);
+    const app = Fastify();
+    const held: (() => void)[] = [];
+    app.addHook('onRequest', async (request) => {
+      (request as unknown as { principal: { subject: string } }).principal = { subject: String(request.headers['x-caller']) };
+    });
+    app.get('/wait', async (request, reply) => {
+      const waitMs = honourPreferWait(request, reply, quota);
+      if (waitMs) await new Promise<void>((resolve) => held.push(resolve));
+      return { waitMs: waitMs ?? null };
+    });
+    const ask = (caller: string) => app.inject({ url: '/wait', headers: { prefer: 'wait=10', 'x-caller': caller } });
+
+    const waiting = [ask('ann'), ask('ann')];
+    await vi.waitFor(() => expect(held).toHaveLength(2));
+    const third = await ask('ann');
+    expect([third.json(), third.headers['preference-applied']]).toEqual([{ waitMs: null }, undefined]);
+    const other = ask('bob');
+    await vi.waitFor(() => expect(held).toHaveLength(3));
+
+    held.shift()?.();
+    expect((await waiting[0])?.headers['preference-applied']).toBe('wait=10');
+    expect(quota.waiting('ann')).toBe(1);
+    const fourth = ask('ann');
+    await vi.waitFor(() => expect(held).toHaveLength(3));
+    for (const release of held.splice(0)) release();
+    expect((await fourth).json()).toEqual({ waitMs: 10_000 });
+    expect((await other).json()).toEqual({ waitMs: 10_000 });
+    await waiting[1];
+    expect([quota.waiting('ann'), quota.waiting('bob')]).toEqual([0, 0]);
+    await app.close();
   });
 });
 

@@ -46,7 +46,7 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
     return retryWhileNotYet({
       signals: ctx.signals,
       taskId,
-      waitMs: honourPreferWait(request, reply),
+      waitMs: honourPreferWait(request, reply, ctx.longPolls),
       notYet: ['ASSIGNMENT_UNKNOWN'],
       abort: clientGone(reply),
       metrics: ctx.metrics,

@@ -82,7 +82,7 @@ export function reviewRoutes(app: FastifyInstance, ctx: ServiceContext<QaSvcConf
     return retryWhileNotYet({
       signals: ctx.signals,
       taskId,
-      waitMs: honourPreferWait(request, reply),
+      waitMs: honourPreferWait(request, reply, ctx.longPolls),
       notYet: ['REVIEW_NOT_FOUND'],
       abort: clientGone(reply),
       metrics: ctx.metrics,

@@ -141,7 +141,7 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
     const task = await awaitTask({
       signals: ctx.signals,
       taskId,
-      waitMs: conditional ? honourPreferWait(request, reply) : undefined,
+      waitMs: conditional ? honourPreferWait(request, reply, ctx.longPolls) : undefined,
       abort: clientGone(reply),
       metrics: ctx.metrics,
       route: 'GET /tasks/:taskId',

@@ -6,6 +6,7 @@ import type { EventConsumer } from '../consume';
 import type { Pool } from '../db';
 import type { Emit, Prepare } from '../events';
 import type { Migration } from '../migrations';
+import type { LongPollQuota } from '../prefer';
 import type { TaskSignals } from '../signals';
 import type { Sweeper } from '../sweeper';
 
@@ -29,6 +30,8 @@ export interface ServiceContext<C extends BaseConfig = BaseConfig> {
   readonly prepare: Prepare;
   /** Task-change signals across this service's instances: requests wait on them (Prefer: wait). */
   readonly signals: TaskSignals;
+  /** Each caller's share of this instance's waiting requests: pass it to `honourPreferWait`. */
+  readonly longPolls: LongPollQuota;
 }
 
 /** One capability of a service: how it reacts to events, its HTTP routes and its deadlines. */

@@ -12,6 +12,7 @@ import { createEmitter, uuidIds, type EmitMany } from '../events';
 import type { IdSource } from '../ids';
 import { kafkaSecurity } from '../kafka-security';
 import type { Lifecycle } from '../lifecycle';
+import { createLongPollQuota } from '../prefer';
 import { createTaskSignals } from '../signals';
 import type { RuntimeName, ServiceContext, ServiceDefinition } from './definition';
 import type { KafkaResources } from './resources';
@@ -39,7 +40,7 @@ export async function wireContext<C extends BaseConfig>(w: Wiring<C>): Promise<{
   const signals = createTaskSignals({ pool, channel: `signals_${name.replace(/-/g, '_')}`, logger: logger.child({ component: 'signals' }) });
   await signals.start();
   lifecycle.onClose('task-signals', () => signals.close());
-  const ctx: ServiceContext<C> = { name, config, logger, metrics, pool, now: () => new Date(), nextId: () => ids.next(), newUuid: uuidIds, emit: emitter.emit, prepare: emitter.prepare, signals };
+  const ctx: ServiceContext<C> = { name, config, logger, metrics, pool, now: () => new Date(), nextId: () => ids.next(), newUuid: uuidIds, emit: emitter.emit, prepare: emitter.prepare, signals, longPolls: createLongPollQuota(config.LONG_POLLS_PER_CALLER) };
   return { ctx, emitMany: emitter.emitMany };
 }
 
