@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { boundedRedisCall } from '@labelflow/plumbing';
+import { boundedRedisCall, CircuitBreaker, type BreakerOptions } from '@labelflow/plumbing';
 
 /**
  * GCRA (the generic cell rate algorithm, a token bucket with one stored number): the key holds the
@@ -39,10 +39,20 @@ export interface RateLimiterOptions {
   readonly timeoutMs?: number;
   /** Subjects the local fallback remembers; the least recently seen are forgotten. Default 10 000. */
   readonly localCapacity?: number;
-  /** Called when Redis did not answer and this instance decided alone. */
+  /** Called when Redis did not answer, or was skipped, and this instance decided alone. */
   readonly onFallback?: (error: unknown) => void;
+  /**
+   * After `failureThreshold` calls in a row that failed or outlasted `timeoutMs`, Redis is skipped
+   * for `openMs`, then one call tries it again. A Redis that hangs instead of refusing would
+   * otherwise cost every request the whole timeout, and its queued scripts would all run once it
+   * came back, spending allowances nobody used. Default 5 failures, 1000 ms.
+   */
+  readonly breaker?: Pick<BreakerOptions, 'failureThreshold' | 'openMs'>;
   readonly nowMs?: () => number;
 }
+
+/** What `onFallback` hears while the breaker skips Redis. */
+export const SKIPPED = new Error('redis skipped: it failed or stalled repeatedly; deciding locally until a trial call answers');
 
 type RedisWithGcra = Redis & { labelflowGcra(key: string, intervalUs: number, toleranceUs: number): Promise<[number, number]> };
 
@@ -59,14 +69,21 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
   const redis = options.redis as RedisWithGcra | undefined;
   if (redis && typeof redis.labelflowGcra !== 'function') redis.defineCommand('labelflowGcra', { numberOfKeys: 1, lua: GCRA });
   const timeoutMs = options.timeoutMs ?? 100;
+  const breaker = new CircuitBreaker({ failureThreshold: 5, openMs: 1_000, ...options.breaker, ...(options.nowMs ? { now: options.nowMs } : {}) });
 
   return {
     async take(subject) {
       if (!redis) return local(subject);
+      if (!breaker.allow()) {
+        options.onFallback?.(SKIPPED);
+        return local(subject);
+      }
       try {
         const [allowed, waitUs] = await boundedRedisCall('rate limit', redis.labelflowGcra(`${options.namespace}:${subject}`, intervalUs, toleranceUs), timeoutMs);
+        breaker.success();
         return allowed === 1 ? { ok: true } : { ok: false, retryAfterMs: Math.ceil(Number(waitUs) / 1000) };
       } catch (error) {
+        breaker.failure();
         options.onFallback?.(error);
         return local(subject);
       }
