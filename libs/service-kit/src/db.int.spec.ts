@@ -48,6 +48,27 @@ describe('the service pool', () => {
     }
   });
 
+  it('has PostgreSQL end a session left idle inside a transaction, so a frozen holder releases its locks and the waiter goes on', async () => {
+    const short = createPool(poolUrl, { max: 2, idleInTransactionTimeoutMs: 300 });
+    try {
+      await short.query('CREATE TABLE IF NOT EXISTS frozen_locks (id int PRIMARY KEY, n int NOT NULL)');
+      await short.query('INSERT INTO frozen_locks VALUES (1, 0) ON CONFLICT DO NOTHING');
+      // The "frozen" holder: it locks the row, then never speaks again.
+      const holder = await short.connect();
+      const holderGone = new Promise<void>((resolve) => holder.once('error', () => resolve()));
+      await holder.query('BEGIN');
+      await holder.query('UPDATE frozen_locks SET n = n + 1 WHERE id = 1');
+      // The waiter needs the same row: it is served once the server has ended the idle holder.
+      const updated = await withTransaction(pool, (tx) => tx.query('UPDATE frozen_locks SET n = n + 10 WHERE id = 1'));
+      expect(updated.rowCount).toBe(1);
+      await holderGone;
+      holder.release(true);
+      expect((await pool.query<{ n: number }>('SELECT n FROM frozen_locks WHERE id = 1')).rows[0]?.n).toBe(10);
+    } finally {
+      await short.end();
+    }
+  });
+
   it('still serves queries outside transactions, also right after one ended', async () => {
     await withTransaction(pool, async (tx) => tx.query('SELECT 1'));
     expect((await pool.query<{ two: number }>('SELECT 2 AS two')).rows[0]?.two).toBe(2);

@@ -11,13 +11,31 @@ export interface PoolOptions {
   readonly max?: number;
   /** Fail a second connection asked for inside a transaction body (`refuseNestedConnections`). */
   readonly refuseNestedConnections?: boolean;
+  /**
+   * PostgreSQL ends a session that sits inside a transaction doing nothing for this long
+   * (`idle_in_transaction_session_timeout`). A peer frozen mid-transaction (SIGSTOP, a stalled
+   * VM, a partition) otherwise holds its row locks forever, and every consumer or request that
+   * needs one of those rows waits with it. No transaction of ours waits on anything but the
+   * database. Default IDLE_IN_TRANSACTION_TIMEOUT_MS; 0 turns it off.
+   */
+  readonly idleInTransactionTimeoutMs?: number;
 }
 
-export function createPool(connectionString: string, { max = 10, refuseNestedConnections: refuseNested = false }: PoolOptions = {}): pg.Pool {
+/** The default of `idleInTransactionTimeoutMs`. */
+export const IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000;
+
+export function createPool(connectionString: string, { max = 10, refuseNestedConnections: refuseNested = false, idleInTransactionTimeoutMs = IDLE_IN_TRANSACTION_TIMEOUT_MS }: PoolOptions = {}): pg.Pool {
   // TCP keepalive: a connection whose server vanished without a reset (a crashed host, a failover
   // that moved the address, a NAT that forgot it) is found dead by the kernel instead of hanging
   // forever, which matters most for the sessions that sit idle between queries (LISTEN).
-  const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis: 5_000, keepAlive: true, keepAliveInitialDelayMillis: 10_000 });
+  const pool = new pg.Pool({
+    connectionString,
+    max,
+    connectionTimeoutMillis: 5_000,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
+    ...(idleInTransactionTimeoutMs > 0 ? { idle_in_transaction_session_timeout: idleInTransactionTimeoutMs } : {}),
+  });
   // An idle client losing its server must not crash the process: the next query reconnects.
   pool.on('error', () => undefined);
   // Nor may a checked-out one (pg-pool drops its idle listener on checkout, and pg emits 'error'
