@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { freshDatabase } from '@labelflow/testing';
-import { appendBundleSql, appendRowsSql, BUNDLE_TOPIC, countPendingSql, enqueue, enqueueBundle, outboxMigrationSql, serializeOutboxRows, type OutboxMessage } from './index';
+import { appendBundleSql, appendRowsSql, BUNDLE_TOPIC, countPendingSql, enqueue, enqueueBundle, oldestPendingAgeSeconds, outboxMigrationSql, serializeOutboxRows, type OutboxMessage } from './index';
 
 const infra = inject('infra');
 const db = freshDatabase(infra.pgUrl, 'outbox_store', (pool) => pool.query(outboxMigrationSql));
@@ -146,5 +146,25 @@ describe('the pending list (outbox_pending)', () => {
     // The release the README describes, run over every row: only the parked one comes back.
     await pool.query('UPDATE outbox SET failed_at = NULL, failure = NULL');
     expect(await pending()).toEqual([parked, waiting]);
+  });
+});
+
+describe('the age of the oldest row waiting for the relay', () => {
+  it('is 0 with nothing pending, the oldest pending row\'s age otherwise, and leaves out published and parked rows', async () => {
+    expect(await oldestPendingAgeSeconds(pool)).toBe(0);
+    await enqueue(pool, 'outbox_store_test', [message(1), message(2), message(3)]);
+    const ids = (await pool.query<{ id: string }>('SELECT id FROM outbox ORDER BY id')).rows.map((r) => r.id);
+    await pool.query(`UPDATE outbox SET created_at = now() - interval '40 seconds' WHERE id = $1`, [ids[0]]);
+    await pool.query(`UPDATE outbox SET created_at = now() - interval '20 seconds' WHERE id = $1`, [ids[1]]);
+    const age = await oldestPendingAgeSeconds(pool);
+    expect(age).toBeGreaterThanOrEqual(40);
+    expect(age).toBeLessThan(45);
+
+    await pool.query('DELETE FROM outbox_pending WHERE id = $1', [ids[0]]); // published
+    expect(Math.floor(await oldestPendingAgeSeconds(pool))).toBe(20);
+    await pool.query(`WITH parked AS (UPDATE outbox SET failed_at = now() WHERE id = $1) DELETE FROM outbox_pending WHERE id = $1`, [ids[1]]);
+    expect(await oldestPendingAgeSeconds(pool)).toBeLessThan(5);
+    await pool.query('DELETE FROM outbox_pending');
+    expect(await oldestPendingAgeSeconds(pool)).toBe(0);
   });
 });

@@ -152,3 +152,17 @@ export async function enqueueBundle(tx: Queryable, channel: string, messages: re
   if (messages.length === 0) return;
   await tx.query(`WITH appended AS (${appendBundleSql('$1', 'true', maxBundleBytes)}) SELECT pg_notify($2, '')`, [serializeOutboxRows(messages), channel]);
 }
+
+/**
+ * Seconds since the oldest row still waiting for the relay was written (0 when none waits): how
+ * far behind Kafka the service's committed state is. Other services judge deadlines by what they
+ * have read from Kafka, so a relay further behind than a deadline's grace lets one fire on an
+ * event that was committed in time. Parked rows (`failed_at`) are not waiting; they have
+ * `outbox_failed_total`. Two index lookups, whatever the backlog.
+ */
+export async function oldestPendingAgeSeconds(db: Queryable): Promise<number> {
+  const { rows } = await db.query<{ age: number | null }>(
+    'SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 AS age FROM outbox WHERE id = (SELECT min(id) FROM outbox_pending)',
+  );
+  return Math.max(0, rows[0]?.age ?? 0);
+}

@@ -254,7 +254,7 @@ describe('the observability files of the compose stack', () => {
     expect(repoPathOf('prometheus', configFile)).toBe(join('infra', 'observability', 'prometheus', 'prometheus.yml'));
   });
 
-  it('alerts on overdue sagas, dead-letter growth, an open dedup breaker, consumer lag and HTTP 5xx, with registered metrics only', () => {
+  it('alerts on overdue sagas, dead-letter growth, an open dedup breaker, consumer lag, a relay behind and HTTP 5xx, with registered metrics only', () => {
     const problems: string[] = [];
     const rules: Json[] = [];
     for (const file of prometheusConfig.rule_files as string[]) {
@@ -278,7 +278,7 @@ describe('the observability files of the compose stack', () => {
     }
     expect(problems).toEqual([]);
     const expressions = rules.map((r) => String(r.expr)).join('\n');
-    for (const metric of ['saga_alerts_active', 'consumer_dead_lettered_total', 'dedup_breaker_open', 'consumer_lag_messages', 'http_requests_total']) {
+    for (const metric of ['saga_alerts_active', 'consumer_dead_lettered_total', 'dedup_breaker_open', 'consumer_lag_messages', 'outbox_oldest_pending_seconds', 'http_requests_total']) {
       expect(expressions, `an alert on ${metric}`).toContain(metric);
     }
     expect(expressions).toMatch(/increase\(consumer_dead_lettered_total\[5m\]\)/);

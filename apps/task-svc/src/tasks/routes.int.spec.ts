@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { buildService, listen, loadConfig, type BuiltService } from '@labelflow/service-kit';
 import { as, buildTestService, freshSnowflake, refusal, type InProcessService, type TestIdentity } from '@labelflow/testing';
 import { TaskSvcConfig } from '../config';
@@ -284,6 +284,8 @@ describe('task-svc routes, answered in-process', () => {
       const ready = await fetch(`${running.url}/readyz`);
       expect(ready.status).toBe(200);
       expect(await ready.json()).toEqual({ status: 'ready', checks: { postgres: 'ok', redis: 'ok', kafka: 'ok', consumer: 'ok' } });
+      // Listening also watches the relay's lag: nothing waits in this outbox once it is published.
+      await vi.waitFor(async () => expect((await svc.http(as.admin()).get<string>('/metrics')).body).toMatch(/^outbox_oldest_pending_seconds\{service="task-svc"\} \d/m));
     });
   });
 });

@@ -1,5 +1,6 @@
 import { pruneInbox } from '@labelflow/dedup';
 import { pruneIdempotencyKeys } from '@labelflow/idempotency';
+import { oldestPendingAgeSeconds } from '@labelflow/outbox';
 import type { Logger } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
 import { limitHeapGrowth } from '../heap';
@@ -43,6 +44,7 @@ async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise
   const consumes = consumedTopics.length + consumedInputTopics.length > 0;
   const { config, logger, pool } = ctx;
   relay.start();
+  watchRelayLag(built, OUTBOX_AGE_EVERY_MS);
   schedule(lifecycle, 'inbox-prune', 3600_000, async () => {
     const pruned = await pruneInbox(pool, config.DEDUP_INBOX_RETENTION_MS);
     if (pruned > 0) logger.info({ pruned }, 'old inbox rows pruned');
@@ -91,6 +93,19 @@ function keepTables<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, e
     told = true;
     ctx.logger.debug({ tables }, 'tables vacuumed or analyzed');
   }, ctx.logger);
+}
+
+/** How often the age of the oldest unpublished outbox row is read for `outbox_oldest_pending_seconds`. */
+const OUTBOX_AGE_EVERY_MS = 5_000;
+
+/**
+ * The relay's lag as a gauge: the age of the oldest outbox row not yet published. Deadlines in
+ * other services hold only while it stays under their grace (ASSIGNMENT_LEASE_GRACE_MS), so it is
+ * watched (alert OutboxBehind) rather than left to show up as sagas refused for stale attempts.
+ */
+function watchRelayLag<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, everyMs: number): void {
+  const age = ctx.metrics.gauge('outbox_oldest_pending_seconds', 'Age of the oldest outbox row not yet published to Kafka (0 when none waits): how far the relay is behind');
+  schedule(lifecycle, 'outbox-age', everyMs, async () => void age.set(await oldestPendingAgeSeconds(ctx.pool)), ctx.logger);
 }
 
 /**
