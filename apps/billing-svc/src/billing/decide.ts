@@ -89,9 +89,17 @@ function chargeable(state: BillingTaskState, annotatorId: AnnotatorId, faults: B
 
 function billTask(event: EventDraft<QaPassed>, faults: BillingFaults, state: BillingTaskState): BillingDecision {
   if (state.cancelled) return reject('TASK_CANCELLED', `task ${event.taskId} was cancelled before its approval arrived`);
-  if (event.attempt < state.latestAttempt) return reject('ATTEMPT_SUPERSEDED', `attempt ${event.attempt} was superseded by attempt ${state.latestAttempt}`);
+  // A billing of a newer attempt proves the reopen as well as a TaskReopened does: an approval of
+  // an older attempt that arrives after it (a dead letter replayed, a topic rewound) is stale.
+  const newest = Math.max(state.latestAttempt, ...state.billings.map((b) => b.attempt));
+  if (event.attempt < newest) return reject('ATTEMPT_SUPERSEDED', `attempt ${event.attempt} was superseded by attempt ${newest}`);
+  // One approval bills once. A failed billing is completed only by an admin's retry, never by the
+  // same approval read again once the inbox has forgotten it (a replay months later).
   const billed = billingOf(state, event.attempt);
-  if (billed && billed.status !== BillingStatus.failed) return reject('ALREADY_BILLED', `task ${event.taskId} attempt ${event.attempt} is already ${billed.status}`);
+  if (billed) {
+    const hint = billed.status === BillingStatus.failed ? '; retry it with POST /tasks/:taskId/billing/retry' : '';
+    return reject('ALREADY_BILLED', `task ${event.taskId} attempt ${event.attempt} is already ${billed.status}${hint}`);
+  }
   // An approval of a newer attempt proves the reopen that task-events may not have brought yet.
   // Older billed attempts are refunded first, so the new one is charged against a budget that no
   // longer holds their debit; the TaskReopened that follows then finds nothing left to refund.

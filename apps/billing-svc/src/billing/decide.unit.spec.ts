@@ -76,6 +76,20 @@ describe('billing-svc: billing an approved attempt', () => {
     expect(code(decide(bill(), completed(given(project(5_000)))))).toBe('ALREADY_BILLED');
   });
 
+  it('does not bill a failed attempt when its approval is read again: only an admin\'s retry completes it', () => {
+    const failed = completed(given(project(100)));
+    const decision = decide(bill(), { ...failed, project: project(1_000) });
+    expect(decision).toEqual({ ok: false, reason: { code: 'ALREADY_BILLED', message: `task ${taskId} attempt 1 is already failed; retry it with POST /tasks/:taskId/billing/retry` } });
+  });
+
+  it('never bills the approval of an older attempt that arrives after a newer attempt was billed, or failed', () => {
+    const newerBilled = completed(given(project(1_000)), bill(qaPassed(2, 'ann-2' as AnnotatorId)));
+    expect(newerBilled.latestAttempt).toBe(1); // the TaskReopened has not arrived
+    expect(code(decide(bill(qaPassed(1)), newerBilled))).toBe('ATTEMPT_SUPERSEDED');
+    const newerFailed = completed(given(project(100)), bill(qaPassed(2, 'ann-2' as AnnotatorId)));
+    expect(code(decide(bill(qaPassed(1)), { ...newerFailed, project: project(1_000) }))).toBe('ATTEMPT_SUPERSEDED');
+  });
+
   it('bills attempt 2 after attempt 1 failed', () => {
     const failed = completed(given(project(100)));
     const { decision } = run({ ...failed, project: project(1_000) }, bill(qaPassed(2)));
