@@ -96,4 +96,12 @@ ALTER TABLE billings ADD COLUMN approved_by text;`,
     sql: `
 ALTER TABLE projects ADD COLUMN machine_price_per_task bigint NOT NULL DEFAULT 0 CHECK (machine_price_per_task >= 0 AND machine_price_per_task <= 9007199254740991);`,
   },
+  {
+    version: 8,
+    name: 'project versions as bigint',
+    // The version moves with every balance change (charge, refund, top-up): an integer would stop a
+    // busy project's billing after 2^31 of them (SQLSTATE 22003, not transient: every approval of
+    // the project dead-lettered). Exact as a JavaScript number up to 2^53.
+    sql: `ALTER TABLE projects ALTER COLUMN version TYPE bigint;`,
+  },
 ];

@@ -5,7 +5,7 @@ import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
 import { decodeCursor, encodeCursor, migrate, ServiceKitErrors, withTransaction } from '@labelflow/service-kit';
 import { createTestDatabase, createTestPool, eventually, latch, uniqueName, freshDatabase } from '@labelflow/testing';
 import { migrations } from '../migrations';
-import { appendLedger, insertProject, LedgerListPosition, listLedger, loadProject, loadProjectSummary, pageLedger, saveBalance, type LedgerEntry, type LedgerPageFilter } from './repository';
+import { appendLedger, insertProject, LedgerListPosition, listLedger, loadProject, loadProjectsForUpdate, loadProjectSummary, pageLedger, saveBalance, saveBalances, type LedgerEntry, type LedgerPageFilter } from './repository';
 
 const infra = inject('infra');
 
@@ -144,6 +144,18 @@ describe('billing-svc project repository', () => {
     expect(await loadProject(pool, projectId)).toMatchObject({ balance: 900, version: 2 });
     await expect(saveBalance(pool, projectId, 1_500, 1)).rejects.toMatchObject({ code: ServiceKitErrors.CONCURRENT_UPDATE, retriable: true });
     expect(await loadProject(pool, projectId)).toMatchObject({ balance: 900, version: 2 });
+  });
+
+  it('keeps saving a busy project\'s balance past 2^31 versions, one at a time and several in one statement', async () => {
+    const projectId = await newProject();
+    const near = 2 ** 31 - 2;
+    await pool.query('UPDATE projects SET version = $2 WHERE project_id = $1', [projectId, near]);
+    await saveBalance(pool, projectId, 900, near);
+    await saveBalance(pool, projectId, 800, near + 1);
+    const [loaded] = await loadProjectsForUpdate(pool, [projectId]);
+    expect(loaded).toMatchObject({ balance: 800, version: 2 ** 31 });
+    await saveBalances(pool, [{ projectId, balance: 700, loadedVersion: 2 ** 31, changes: 3 }]);
+    expect(await loadProject(pool, projectId)).toMatchObject({ balance: 700, version: 2 ** 31 + 3 });
   });
 
   it("applies balance changes of one project one at a time: a second locking load waits for the first's commit and sees its balance", async () => {

@@ -17,7 +17,8 @@ interface ProjectRow {
   price_per_task: string;
   machine_price_per_task: string;
   balance: string;
-  version: number;
+  /** bigint: one step per balance change, which a busy project makes billions of over its life. */
+  version: string;
   created_at: Date;
 }
 /** A project's totals, summed from its ledger (`totalsColumns`). */
@@ -47,7 +48,7 @@ const toProject = (r: ProjectRow): ProjectRecord => ({
   pricePerTask: Number(r.price_per_task),
   machinePricePerTask: Number(r.machine_price_per_task),
   balance: Number(r.balance),
-  version: r.version,
+  version: Number(r.version),
   createdAt: r.created_at,
 });
 
@@ -149,7 +150,7 @@ export async function saveBalances(db: Queryable, moves: readonly { readonly pro
   if (moves.length === 0) return;
   const result = await db.query(
     `UPDATE projects p SET balance = u.balance, version = p.version + u.changes
-     FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::int[]) AS u(project_id, balance, loaded_version, changes)
+     FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[]) AS u(project_id, balance, loaded_version, changes)
      WHERE p.project_id = ANY($1::uuid[]) AND p.project_id = u.project_id AND p.version = u.loaded_version`,
     [pgArray(moves.map((m) => m.projectId)), pgArray(moves.map((m) => m.balance)), pgArray(moves.map((m) => m.loadedVersion)), pgArray(moves.map((m) => m.changes))],
   );
