@@ -47,9 +47,22 @@ export function decide(command: BillingCommand, state: BillingTaskState, { fault
     case 'RetryBilling':
       return retry(faults, state);
     case 'Observe':
-      return command.event.type === 'TaskCancelled' ? refundAll(command.event, state) : refundSuperseded(command.event, state);
+      return observe(command.event, state);
     default: {
       const unhandled: never = command;
+      return unhandled;
+    }
+  }
+}
+
+function observe(event: EventDraft<TaskCancelled | TaskReopened>, state: BillingTaskState): BillingDecision {
+  switch (event.type) {
+    case 'TaskCancelled':
+      return refundAll(event, state);
+    case 'TaskReopened':
+      return refundSuperseded(event, state);
+    default: {
+      const unhandled: never = event;
       return unhandled;
     }
   }

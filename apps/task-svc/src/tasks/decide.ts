@@ -35,8 +35,15 @@ export function decide(command: TaskCommand, state: TaskState | null): TaskDecis
     }
     case 'ClaimTask': {
       if (!state) return reject('TASK_NOT_FOUND', `task ${command.taskId} does not exist`);
-      // Claiming a task you already hold is a no-op, so a retried claim cannot fail its own caller.
-      if (state.status === TaskStatus.assigned && state.assignee === command.annotatorId) return accept();
+      // Claiming a task you already hold is a no-op, so a retried claim cannot fail its own caller;
+      // but not once the lease is over: label-svc refuses the labels from then on, and the
+      // sweeper reopens the task, so a 200 would only mislead.
+      if (state.status === TaskStatus.assigned && state.assignee === command.annotatorId) {
+        if (state.leaseExpiresAt !== null && command.now.getTime() >= Date.parse(state.leaseExpiresAt)) {
+          return reject('TASK_NOT_CLAIMABLE', `your lease on attempt ${state.attempt} expired at ${state.leaseExpiresAt}; the task reopens for a new claim once its grace has passed`);
+        }
+        return accept();
+      }
       if (state.status !== TaskStatus.open) return reject('TASK_NOT_CLAIMABLE', `task is ${state.status}, not open`);
       const leaseExpiresAt = new Date(command.now.getTime() + command.leaseMs).toISOString();
       return accept({ type: 'TaskAssigned', version: 1, taskId: state.taskId, projectId: state.projectId, attempt: state.attempt, payload: { annotatorId: command.annotatorId, leaseExpiresAt } });

@@ -78,6 +78,13 @@ describe('task-svc: claiming a task', () => {
     expect(decision).toEqual({ ok: true, events: [] });
   });
 
+  it('refuses a repeated claim by the holder once the lease is over, rather than answering it as held', () => {
+    const held = given(taskCreated(), taskAssigned(alice));
+    const atExpiry = decide({ ...claim(alice), now: new Date('2026-01-01T00:01:00.000Z') } as TaskCommand, held);
+    expect(atExpiry).toEqual({ ok: false, reason: { code: 'TASK_NOT_CLAIMABLE', message: 'your lease on attempt 1 expired at 2026-01-01T00:01:00.000Z; the task reopens for a new claim once its grace has passed' } });
+    expect(decide({ ...claim(alice), now: new Date('2026-01-01T00:00:59.999Z') } as TaskCommand, held)).toEqual({ ok: true, events: [] });
+  });
+
   it('rejects a claim on a task another annotator already holds', () => {
     const decision = decide(claim(bob), given(taskCreated(), taskAssigned(alice)));
 
