@@ -12,6 +12,38 @@ const levels: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
   [logLevel.DEBUG]: 'debug',
 };
 
+/**
+ * Answers a broker gives while a topic or group settles (just created, a leader moving, a
+ * coordinator loading, a rebalance): kafkajs logs every error answer at ERROR in its Connection
+ * namespace before it, or our topic wait, retries it. Whatever finally fails is logged by the
+ * caller; the answers themselves are logged at debug, so a fresh start prints no error.
+ */
+const RETRIED_ANSWERS = new Set([
+  'This server does not host this topic-partition',
+  'There is no leader for this topic-partition as we are in the middle of a leadership election',
+  'This server is not the leader for that topic-partition',
+  'This is not the correct coordinator for this group',
+  'The coordinator is loading and hence can\'t process requests for this group',
+  'The group coordinator is not available',
+  'The group is rebalancing, so a rejoin is needed',
+]);
+
+/**
+ * Printed by every idempotent kafkajs producer created with `retries` below infinity, which
+ * `createKafka` sets on purpose (8): an endless retry would hold a close while Kafka is away. A
+ * send that runs out of retries fails, and its batch is retried by the consumer loop. Not news at
+ * every start.
+ */
+const LIMITED_RETRIES = 'Limiting retries for the idempotent producer may invalidate EoS guarantees';
+
+/** The level a kafkajs log entry is written at. */
+export function kafkajsLevel(entry: Pick<LogEntry, 'level' | 'namespace'> & { readonly log: { readonly message: string; readonly error?: unknown } }): 'error' | 'warn' | 'info' | 'debug' {
+  const { message, error } = entry.log;
+  if (entry.namespace === 'Connection' && message.startsWith('Response ') && typeof error === 'string' && RETRIED_ANSWERS.has(error)) return 'debug';
+  if (entry.namespace === 'Producer' && message === LIMITED_RETRIES) return 'debug';
+  return levels[entry.level] ?? 'info';
+}
+
 /** SASL mechanisms a client can authenticate with (the compose broker takes SCRAM-SHA-512). */
 export const KafkaSaslMechanisms = ['plain', 'scram-sha-256', 'scram-sha-512'] as const;
 export type KafkaSaslMechanism = (typeof KafkaSaslMechanisms)[number];
@@ -62,7 +94,7 @@ export function createKafka({ brokers, clientId, logger, sasl, ssl = false }: Ka
     logLevel: logLevel.WARN,
     logCreator: () => (entry: LogEntry) => {
       const { message, ...extra } = entry.log;
-      log[levels[entry.level] ?? 'info']({ ...extra, namespace: entry.namespace }, message);
+      log[kafkajsLevel(entry)]({ ...extra, namespace: entry.namespace }, message);
     },
   });
 }

@@ -1,7 +1,7 @@
-import type { Admin, PartitionMetadata } from 'kafkajs';
+import { logLevel, type Admin, type PartitionMetadata } from 'kafkajs';
 import { describe, expect, it } from 'vitest';
 import { MessagingErrors } from './errors';
-import { createServedTopics, waitForTopicLeaders } from './kafka';
+import { createServedTopics, kafkajsLevel, waitForTopicLeaders } from './kafka';
 
 type MetadataAnswer = Readonly<Record<string, readonly number[]>> | { readonly type: string; readonly message: string };
 
@@ -80,5 +80,25 @@ describe('waiting for new topics to be served', () => {
     const { admin, calls } = scriptedAdmin([notYet]);
     await createServedTopics(admin, []);
     expect(calls).toEqual({ metadata: 0, offsets: 0, created: [] });
+  });
+});
+
+describe('the level of a kafkajs log line', () => {
+  const response = (error: string, level = logLevel.ERROR) => ({ level, namespace: 'Connection', log: { message: 'Response ListOffsets(key: 2, version: 3)', error } });
+
+  it('is debug for an answer kafkajs or the topic wait retries, as a topic or group settles', () => {
+    expect(kafkajsLevel(response('This server is not the leader for that topic-partition'))).toBe('debug');
+    expect(kafkajsLevel(response('This server does not host this topic-partition'))).toBe('debug');
+    expect(kafkajsLevel(response('The group is rebalancing, so a rejoin is needed'))).toBe('debug');
+  });
+
+  it('stays as kafkajs logged it for any other answer or line', () => {
+    expect(kafkajsLevel(response('Not authorized to access topics: [Topic authorization failed]'))).toBe('error');
+    expect(kafkajsLevel({ level: logLevel.ERROR, namespace: 'Consumer', log: { message: 'Crash: KafkaJSNumberOfRetriesExceeded', error: 'This server is not the leader for that topic-partition' } })).toBe('error');
+    expect(kafkajsLevel({ level: logLevel.WARN, namespace: 'Producer', log: { message: 'Producer disconnected while sending' } })).toBe('warn');
+  });
+
+  it('is debug for the idempotent producer\'s note on limited retries, which createKafka sets on purpose', () => {
+    expect(kafkajsLevel({ level: logLevel.WARN, namespace: 'Producer', log: { message: 'Limiting retries for the idempotent producer may invalidate EoS guarantees' } })).toBe('debug');
   });
 });
