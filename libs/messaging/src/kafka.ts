@@ -14,7 +14,7 @@ const levels: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
 
 /**
  * Answers a broker gives while a topic or group settles (just created, a leader moving, a
- * coordinator loading, a rebalance): kafkajs logs every error answer at ERROR in its Connection
+ * coordinator loading, a rebalance, a member dropped): kafkajs logs every error answer at ERROR in its Connection
  * namespace before it, or our topic wait, retries it. Whatever finally fails is logged by the
  * caller; the answers themselves are logged at debug, so a fresh start prints no error.
  */
@@ -26,6 +26,10 @@ const RETRIED_ANSWERS = new Set([
   'The coordinator is loading and hence can\'t process requests for this group',
   'The group coordinator is not available',
   'The group is rebalancing, so a rejoin is needed',
+  // A member the group dropped (a frozen or partitioned process coming back): kafkajs rejoins and
+  // says so at warn ("re-joining the group"); the loop commits what it had once it is back.
+  'The coordinator is not aware of this member',
+  'Specified group generation id is not valid',
 ]);
 
 /**
