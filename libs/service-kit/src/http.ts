@@ -44,7 +44,8 @@ export const publicReason = (message: string): string => ADDRESSES.reduce((text,
  */
 export function readinessProbe(probes: HttpAppDeps['readiness'], { timeoutMs, logger }: { readonly timeoutMs: number; readonly logger: Logger }): () => Promise<Record<string, string>> {
   let running: Promise<Record<string, string>> | undefined;
-  const last = new Map<string, string>();
+  /** Each check's last outcome: a change between up and down is logged, not every changed reason (some count milliseconds). */
+  const last = new Map<string, 'ok' | 'down'>();
   const once = async ([name, probe]: [string, () => Promise<unknown>]): Promise<[string, string]> => {
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<never>((_, reject) => {
@@ -57,10 +58,9 @@ export function readinessProbe(probes: HttpAppDeps['readiness'], { timeoutMs, lo
       last.set(name, 'ok');
       return [name, 'ok'];
     } catch (error) {
-      const state = `down: ${publicReason((error as Error | undefined)?.message ?? String(error))}`;
-      if (last.get(name) !== state) logger.warn({ err: error, check: name }, 'readiness check fails');
-      last.set(name, state);
-      return [name, state];
+      if (last.get(name) !== 'down') logger.warn({ err: error, check: name }, 'readiness check fails');
+      last.set(name, 'down');
+      return [name, `down: ${publicReason((error as Error | undefined)?.message ?? String(error))}`];
     } finally {
       clearTimeout(timer);
     }

@@ -204,6 +204,23 @@ describe('createHttpApp authentication', () => {
     await server.close();
   });
 
+  it('logs a check going down and coming back once each, however its reason changes in between', async () => {
+    const logs = captureLogs({ service: 'test' });
+    let calls = 0;
+    let up = false;
+    const consumer = async () => {
+      calls++;
+      if (!up) throw new Error(`the consumer has not consumed for ${calls * 100} ms`);
+    };
+    const server = app({ logger: logs.logger, readiness: { consumer } });
+    for (let i = 0; i < 3; i++) expect((await server.inject({ url: '/readyz' })).json().checks.consumer).toBe(`down: the consumer has not consumed for ${(i + 1) * 100} ms`);
+    up = true;
+    await server.inject({ url: '/readyz' });
+    await server.inject({ url: '/readyz' });
+    expect(logs.lines.map((l) => l.msg).filter((m) => String(m).startsWith('readiness check'))).toEqual(['readiness check fails', 'readiness check passes again']);
+    await server.close();
+  });
+
   it('runs each probe once for /readyz requests that come together', async () => {
     let runs = 0;
     let answer!: () => void;
