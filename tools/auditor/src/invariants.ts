@@ -8,6 +8,8 @@ export const Invariants = {
   PAYOUT_BALANCE: 'PAYOUT_BALANCE',
   MACHINE_UNPAID: 'MACHINE_UNPAID',
   COMPENSATED: 'COMPENSATED',
+  COMPLETED_KEPT: 'COMPLETED_KEPT',
+  LEDGER_ATTRIBUTED: 'LEDGER_ATTRIBUTED',
   NOT_STUCK: 'NOT_STUCK',
   OUTBOX_DRAINED: 'OUTBOX_DRAINED',
 } as const;
@@ -84,6 +86,7 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
     else {
       checkSupersededUndone(s, t, flag);
       checkNotStuck(s, t, o, flag);
+      if (t.status === 'completed') checkCompletedKept(s, t, flag);
     }
   }
 
@@ -93,11 +96,15 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
     if (p.balance !== expected) flag('BUDGET_BALANCE', `balance ${p.balance} != top-ups - debits + refunds = ${expected}`, { projectId: p.projectId });
     if (p.balance < 0) flag('BUDGET_BALANCE', `negative balance ${p.balance}`, { projectId: p.projectId });
   }
-  for (const p of s.payouts) {
-    const entries = s.ledger.filter((e) => e.annotatorId === p.annotatorId);
+  // Every annotator the ledger pays, with a payout row or without one (then its balance is 0).
+  const payees = new Set([...s.payouts.map((p) => p.annotatorId), ...s.ledger.filter((e) => e.kind === 'credit' || e.kind === 'reversal').flatMap((e) => (e.annotatorId ? [e.annotatorId] : []))]);
+  for (const annotatorId of payees) {
+    const balance = s.payouts.find((p) => p.annotatorId === annotatorId)?.balance ?? 0;
+    const entries = s.ledger.filter((e) => e.annotatorId === annotatorId);
     const expected = sum(entries.filter((e) => e.kind === 'credit')) - sum(entries.filter((e) => e.kind === 'reversal'));
-    if (p.balance !== expected) flag('PAYOUT_BALANCE', `payout of ${p.annotatorId} is ${p.balance}, credits - reversals = ${expected}`);
+    if (balance !== expected) flag('PAYOUT_BALANCE', `payout of ${annotatorId} is ${balance}, credits - reversals = ${expected}`);
   }
+  checkLedgerAttributed(s, settled, flag);
   // A model is never paid: no payout row and no credit or reversal names one.
   for (const p of s.payouts.filter((p) => isMachineActor(p.annotatorId))) flag('MACHINE_UNPAID', `a model has a payout row: ${p.annotatorId} holds ${p.balance}`);
   for (const e of s.ledger.filter((e) => e.annotatorId !== null && isMachineActor(e.annotatorId))) {
@@ -118,6 +125,44 @@ function checkCompensated(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag)
   for (const l of s.labels.filter((l) => l.taskId === t.taskId && l.status === 'accepted')) flag('COMPENSATED', `${t.status} task keeps accepted labels (attempt ${l.attempt}) in label-svc`, ids);
   if (t.status === 'cancelled') {
     for (const a of s.assignments.filter((a) => a.taskId === t.taskId && a.annotatorId !== null)) flag('COMPENSATED', `cancelled task keeps an open assignment to ${a.annotatorId} in label-svc`, ids);
+  }
+}
+
+/**
+ * A completed task keeps what it was paid for everywhere: the approved review of its attempt in
+ * qa-svc and that attempt's accepted labels in label-svc. A compensation that reached one service
+ * after the saga had completed (a billing failure replayed after its retry succeeded) shows here.
+ */
+function checkCompletedKept(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag): void {
+  const ids = { taskId: t.taskId, projectId: t.projectId };
+  const review = s.reviews.find((r) => r.taskId === t.taskId && r.attempt === t.attempt);
+  if (review?.status !== 'passed') flag('COMPLETED_KEPT', `completed task's review of attempt ${t.attempt} is ${review?.status ?? 'missing'} in qa-svc`, ids);
+  const label = s.labels.find((l) => l.taskId === t.taskId && l.attempt === t.attempt);
+  if (label?.status !== 'accepted') flag('COMPLETED_KEPT', `completed task's labels of attempt ${t.attempt} are ${label?.status ?? 'missing'} in label-svc`, ids);
+}
+
+/**
+ * Money booked for a task is booked for a task task-svc has, in that task's project, and a
+ * credit or reversal names whoever labelled the attempt in label-svc. The balances alone cannot
+ * see a payment to the wrong person or on the wrong project's books: every sum would still agree.
+ */
+function checkLedgerAttributed(s: Snapshot, settled: (t: Snapshot['tasks'][number]) => boolean, flag: Flag): void {
+  const tasks = new Map(s.tasks.map((t) => [t.taskId, t]));
+  const labeller = new Map(s.labels.flatMap((l) => (l.annotatorId ? [[`${l.taskId}#${l.attempt}`, l.annotatorId] as const] : [])));
+  for (const e of s.ledger) {
+    if (!e.taskId) continue;
+    const task = tasks.get(e.taskId);
+    if (!task) {
+      flag('LEDGER_ATTRIBUTED', `a ${e.kind} of ${e.amount} names task ${e.taskId}, which task-svc does not have`, { taskId: e.taskId, projectId: e.projectId });
+      continue;
+    }
+    if (!settled(task)) continue;
+    const ids = { taskId: task.taskId, projectId: task.projectId };
+    if (e.projectId !== task.projectId) flag('LEDGER_ATTRIBUTED', `a ${e.kind} of ${e.amount} is booked on project ${e.projectId}; the task belongs to ${task.projectId}`, ids);
+    const labelledBy = e.attempt === null ? undefined : labeller.get(`${e.taskId}#${e.attempt}`);
+    if ((e.kind === 'credit' || e.kind === 'reversal') && labelledBy !== undefined && e.annotatorId !== labelledBy) {
+      flag('LEDGER_ATTRIBUTED', `a ${e.kind} of ${e.amount} names ${e.annotatorId ?? 'nobody'}; attempt ${e.attempt} was labelled by ${labelledBy}`, ids);
+    }
   }
 }
 

@@ -80,6 +80,28 @@ describe('the saga invariants', () => {
     expect(invariantsOf({ ...healthy(), payouts: [{ annotatorId: 'ann', balance: 300 }] })).toEqual(['PAYOUT_BALANCE']);
   });
 
+  it('catch a completed task whose review was revoked or whose labels were voided after it completed', () => {
+    const s = healthy();
+    expect(invariantsOf({ ...s, reviews: [{ ...s.reviews[0]!, status: 'revoked' }] })).toEqual(['COMPLETED_KEPT']);
+    expect(invariantsOf({ ...s, labels: [{ ...s.labels[0]!, status: 'voided' }] })).toEqual(['COMPLETED_KEPT']);
+    expect(invariantsOf({ ...s, labels: [], reviews: [] })).toEqual(['COMPLETED_KEPT', 'COMPLETED_KEPT']);
+  });
+
+  it('catch money booked for a task task-svc does not have, on another project\'s books, or paid to someone who did not label the attempt', () => {
+    const s = { ...healthy(), labels: [{ taskId: 't1', attempt: 1, status: 'accepted', annotatorId: 'ann' }] };
+    expect(checkInvariants(s, options)).toEqual([]);
+    const unknown = { ...s, ledger: [...s.ledger, { projectId: P, taskId: 'ghost', attempt: 1, kind: 'debit', annotatorId: null, amount: 0 }] };
+    expect(invariantsOf(unknown)).toEqual(['LEDGER_ATTRIBUTED']);
+    const elsewhere = { ...s, ledger: s.ledger.map((e) => (e.kind === 'credit' ? { ...e, projectId: 'project-2' } : e)) };
+    expect(invariantsOf(elsewhere)).toEqual(['LEDGER_ATTRIBUTED']);
+    const wrongPayee = { ...s, ledger: s.ledger.map((e) => (e.kind === 'credit' ? { ...e, annotatorId: 'mallory' } : e)), payouts: [{ annotatorId: 'mallory', balance: 100 }] };
+    expect(checkInvariants(wrongPayee, options)).toEqual([expect.objectContaining({ invariant: 'LEDGER_ATTRIBUTED', detail: 'a credit of 100 names mallory; attempt 1 was labelled by ann' })]);
+  });
+
+  it('catch credits to an annotator who has no payout row at all', () => {
+    expect(checkInvariants({ ...healthy(), payouts: [] }, options)).toEqual([expect.objectContaining({ invariant: 'PAYOUT_BALANCE', detail: 'payout of ann is 0, credits - reversals = 100' })]);
+  });
+
   it('catch a superseded attempt that keeps its approval after the rework was completed and billed', () => {
     const s = healthy();
     const reworked: Snapshot = {

@@ -4,7 +4,8 @@ import type { Queryable } from '@labelflow/plumbing';
 /** What the auditor reads from each service's own database (read-only, plain rows). */
 export interface Snapshot {
   readonly tasks: readonly { taskId: string; projectId: string; status: string; attempt: number; leaseExpiresAt: Date | null; updatedAt: Date }[];
-  readonly labels: readonly { taskId: string; attempt: number; status: string }[];
+  /** `annotatorId`: who labelled the attempt (a person, or a model's actor id). */
+  readonly labels: readonly { taskId: string; attempt: number; status: string; annotatorId?: string }[];
   readonly assignments: readonly { taskId: string; attempt: number; annotatorId: string | null }[];
   readonly reviews: readonly { taskId: string; attempt: number; status: string; deadlineAt: Date | null }[];
   /** `machinePricePerTask`: what a task a model labelled costs (0 when absent). */
@@ -159,7 +160,7 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
       return { tasks, unpublished: await outbox('task') };
     })(),
     (async () => {
-      const labels = await of('label')<{ task_id: string; attempt: number; status: string }>('SELECT task_id, attempt, status FROM labels');
+      const labels = await of('label')<{ task_id: string; attempt: number; status: string; annotator_id: string }>('SELECT task_id, attempt, status, annotator_id FROM labels');
       const assignments = await of('label')<{ task_id: string; attempt: number; annotator_id: string | null }>('SELECT task_id, attempt, annotator_id FROM assignments');
       return { labels, assignments, unpublished: await outbox('label') };
     })(),
@@ -181,7 +182,7 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
   ]);
   return {
     tasks: task.tasks.map((t) => ({ taskId: t.task_id, projectId: t.project_id, status: t.status, attempt: t.attempt, leaseExpiresAt: t.lease_expires_at, updatedAt: t.updated_at })),
-    labels: label.labels.map((l) => ({ taskId: l.task_id, attempt: l.attempt, status: l.status })),
+    labels: label.labels.map((l) => ({ taskId: l.task_id, attempt: l.attempt, status: l.status, annotatorId: l.annotator_id })),
     assignments: label.assignments.map((a) => ({ taskId: a.task_id, attempt: a.attempt, annotatorId: a.annotator_id })),
     reviews: qa.reviews.map((r) => ({ taskId: r.task_id, attempt: r.attempt, status: r.status, deadlineAt: r.deadline_at })),
     projects: billing.projects.map((p) => ({ projectId: p.project_id, pricePerTask: Number(p.price_per_task), machinePricePerTask: Number(p.machine_price_per_task), balance: Number(p.balance) })),
