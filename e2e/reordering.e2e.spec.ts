@@ -4,7 +4,7 @@ import { EventId, ProjectId, TaskId, topicName, topicOf, TopicSchemas, type Even
 import { composeSnowflake, MAX_SEQUENCE, MAX_WORKER_ID } from '@labelflow/idgen';
 import { as, eventually, metricValue, produceRaw, queryRows, startStack, type TestStack } from '@labelflow/testing';
 import { auditStack, expectAuditClean } from './audit';
-import { annotatorOf, claim, createProject, createTask, reviewerOf, submitLabels, waitForStatus } from './saga';
+import { annotatorOf, claim, createProject, createTask, review, reviewerOf, submitLabels, waitForStatus } from './saga';
 
 /**
  * Events built by hand and produced raw, one at a time, each only once the previous one has been
@@ -158,6 +158,39 @@ describe('compensations that arrive before the event they compensate, and stale 
     expect(await taskView(stack, taskId)).toMatchObject({ status: 'failed', attempt: 1 });
     expect(await ledgerOf(stack, taskId)).toEqual([]);
     expect(await balanceOf(stack, projectId)).toBe(0);
+    await expectNoDeadLetters();
+    await expectAuditClean(stack, brokers);
+  });
+
+  it('a BillingFailed replayed from a dead-letter topic after the task was billed leaves labels accepted, the review passed and the task completed', async () => {
+    // As `npm run dlq -- replay` would: label-svc and qa-svc never applied this failure (it was
+    // dead-lettered), then an admin's retry billed the attempt, then the dead letter comes back.
+    const price = 100;
+    const projectId = await createProject(stack, 1_000, price);
+    const taskId = await createTask(stack, projectId);
+    await claim(stack, taskId, 'ann-r');
+    await submitLabels(stack, taskId, 'ann-r');
+    await eventually(async () => expect(await reviewsOf(stack, taskId)).toEqual([[1, 'pending']]));
+    await review(stack, taskId, 'approve');
+    await waitForStatus(stack, taskId, 'completed');
+    await stack.quiesce();
+    expect(await labelsOf(stack, taskId)).toEqual([[1, 'accepted', null]]);
+    const attempt1 = { taskId, projectId, attempt: 1 };
+
+    await produceEvent(stack, brokers, envelope('BillingFailed', 'billing-svc', attempt1, { annotatorId: 'ann-r', reason: 'INSUFFICIENT_BUDGET', detail: 'a dead letter from before the retry' }));
+    await eventually(async () => {
+      expect(await consumed(stack, 'label-svc', taskId, 'BillingFailed', 1)).toBe(true);
+      expect(await consumed(stack, 'qa-svc', taskId, 'BillingFailed', 1)).toBe(true);
+      expect(await consumed(stack, 'task-svc', taskId, 'BillingFailed', 1)).toBe(true);
+    });
+    await stack.quiesce();
+
+    expect(await labelsOf(stack, taskId)).toEqual([[1, 'accepted', null]]);
+    expect(await reviewsOf(stack, taskId)).toEqual([[1, 'passed']]);
+    expect(await taskView(stack, taskId)).toMatchObject({ status: 'completed', attempt: 1 });
+    expect(await ledgerOf(stack, taskId)).toEqual([['debit', 1, price], ['credit', 1, price]]);
+    expect(await ignoredCount(stack, 'label-svc', 'BillingFailed', 'ALREADY_BILLED')).toBeGreaterThanOrEqual(1);
+    expect(await ignoredCount(stack, 'qa-svc', 'BillingFailed', 'ALREADY_BILLED')).toBeGreaterThanOrEqual(1);
     await expectNoDeadLetters();
     await expectAuditClean(stack, brokers);
   });

@@ -78,4 +78,10 @@ CREATE TABLE prelabel_policies (
   CHECK ((model_name IS NULL) = (model_version IS NULL))
 );`,
   },
+  {
+    version: 7,
+    name: 'labels remember a completed billing',
+    // Rows of attempts billed before this column existed stay false: nothing recorded which were.
+    sql: 'ALTER TABLE labels ADD COLUMN billed boolean NOT NULL DEFAULT false;',
+  },
 ];

@@ -64,4 +64,10 @@ CREATE INDEX reviews_opened ON reviews (opened_at, task_id, attempt);
 CREATE INDEX reviews_status_opened ON reviews (status, opened_at, task_id, attempt);
 DROP INDEX reviews_status;`,
   },
+  {
+    version: 7,
+    name: 'reviews remember a completed billing',
+    // Rows of attempts billed before this column existed stay false: nothing recorded which were.
+    sql: 'ALTER TABLE reviews ADD COLUMN billed boolean NOT NULL DEFAULT false;',
+  },
 ];

@@ -30,6 +30,7 @@ export const LabelRejections = {
   LABEL_VOIDED: 'LABEL_VOIDED',
   LABEL_REJECTED: 'LABEL_REJECTED',
   NOTHING_TO_UNDO: 'NOTHING_TO_UNDO',
+  ALREADY_BILLED: 'ALREADY_BILLED',
   PROJECT_MISMATCH: 'PROJECT_MISMATCH',
   MACHINE_ACTOR_RESERVED: 'MACHINE_ACTOR_RESERVED',
 } as const;
@@ -111,7 +112,8 @@ function observe(event: LabelObservedEvent, state: LabelTaskState): LabelDecisio
     case 'QaTimedOut':
       return onLabel(event, state, () => accept());
     case 'BillingFailed':
-      return onLabel(event, state, () => accept(), VoidReason.billingFailed);
+      // Only a dead letter replayed after an admin's successful retry arrives behind BillingCompleted.
+      return onLabel(event, state, (label) => (label.billed ? reject('ALREADY_BILLED', `BillingFailed for attempt ${event.attempt}, which billing already completed (a replay from before a retry)`) : accept()), VoidReason.billingFailed);
     case 'BillingCompleted':
       return onLabel(
         event,

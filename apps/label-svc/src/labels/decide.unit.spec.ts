@@ -122,7 +122,7 @@ describe('label-svc: observing assignments and reviews', () => {
     const { decision, state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice)), qaPassed());
 
     expect(decision).toEqual({ ok: true, events: [] });
-    expect(state.labels).toEqual([{ attempt: 1, annotatorId: alice, annotations, status: 'accepted', voidReason: null }]);
+    expect(state.labels).toEqual([{ attempt: 1, annotatorId: alice, annotations, status: 'accepted', voidReason: null, billed: false }]);
   });
 
   it("marks only the reviewed attempt's labels rejected when QaRejected is observed", () => {
@@ -426,6 +426,31 @@ describe('label-svc: billing outcomes', () => {
     expect(statuses(state)).toEqual([[1, 'accepted', null]]);
     expect(late.decision).toEqual({ ok: true, events: [] });
     expect(late.state).toBe(state);
+  });
+
+  it('refuses a BillingFailed replayed from a dead-letter topic after the retry billed the attempt with ALREADY_BILLED, and keeps the labels accepted', () => {
+    // The failure was dead-lettered here, so label-svc saw only the retry's BillingCompleted.
+    const billed = given(taskAssigned(alice), labelSubmitted(alice), qaPassed(1), billingCompleted(1));
+
+    const { decision, state } = whenObserved(billed, billingFailed(1));
+
+    expect(rejectionCode(decision)).toBe('ALREADY_BILLED');
+    expect(state).toBe(billed);
+    expect(statuses(state)).toEqual([[1, 'accepted', null]]);
+    expect(state.labels[0]!.billed).toBe(true);
+  });
+
+  it('marks the labels billed when BillingCompleted undoes a billing failure, so the failure cannot void them again', () => {
+    const { state } = whenObserved(given(taskAssigned(alice), labelSubmitted(alice), qaPassed(1), billingFailed(1)), billingCompleted(1));
+
+    expect(state.labels[0]!.billed).toBe(true);
+    expect(rejectionCode(whenObserved(state, billingFailed(1)).decision)).toBe('ALREADY_BILLED');
+  });
+
+  it('leaves labels unbilled through QA and a billing failure', () => {
+    const state = given(taskAssigned(alice), labelSubmitted(alice), qaPassed(1), billingFailed(1));
+
+    expect(state.labels[0]!.billed).toBe(false);
   });
 
   it('does not revive labels voided for another reason when billing completes', () => {

@@ -18,6 +18,7 @@ const label = (attempt: number, over: Partial<Label> = {}): Label => ({
   annotations: [{ label: 'cat', confidence: 0.9 }, { label: 'sofa' }],
   status: 'submitted',
   voidReason: null,
+  billed: false,
   ...over,
 });
 

@@ -17,11 +17,15 @@ interface LabelRow {
   annotations: Annotation[];
   status: string;
   void_reason: string | null;
+  billed: boolean;
   submitted_at: Date;
   updated_at: Date;
 }
 
-const labelColumns = 'attempt, annotator_id, annotations, status, void_reason, submitted_at, updated_at';
+const labelColumns = 'attempt, annotator_id, annotations, status, void_reason, billed, submitted_at, updated_at';
+
+/** A label set written again takes its new status; `billed` never goes back once set. */
+const labelUpsertSet = 'status = EXCLUDED.status, void_reason = EXCLUDED.void_reason, billed = labels.billed OR EXCLUDED.billed, updated_at = now()';
 
 const toAssignment = (row: AssignmentRow): Assignment => ({
   projectId: row.project_id as ProjectId,
@@ -37,6 +41,7 @@ const toLabel = (r: LabelRow): Label => ({
   annotations: r.annotations,
   status: r.status as LabelStatus,
   voidReason: r.void_reason as VoidReason | null,
+  billed: r.billed,
 });
 
 /**
@@ -119,11 +124,11 @@ export async function saveLabelTasks(tx: Queryable, changes: readonly { readonly
   const labels = changes.flatMap(({ before, after }) => after.labels.filter((label) => !before.labels.includes(label)).map((label) => ({ taskId: after.taskId, label })));
   if (labels.length > 0) {
     await tx.query(
-      `INSERT INTO labels (task_id, attempt, annotator_id, annotations, status, void_reason)
-       SELECT task_id, attempt, annotator_id, annotations::jsonb, status, void_reason
-       FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[]) AS u(task_id, attempt, annotator_id, annotations, status, void_reason)
-       ON CONFLICT (task_id, attempt) DO UPDATE SET status = EXCLUDED.status, void_reason = EXCLUDED.void_reason, updated_at = now()`,
-      unnestColumns(labels.map(({ taskId, label }) => [taskId, label.attempt, label.annotatorId, JSON.stringify(label.annotations), label.status, label.voidReason])),
+      `INSERT INTO labels (task_id, attempt, annotator_id, annotations, status, void_reason, billed)
+       SELECT task_id, attempt, annotator_id, annotations::jsonb, status, void_reason, billed
+       FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::boolean[]) AS u(task_id, attempt, annotator_id, annotations, status, void_reason, billed)
+       ON CONFLICT (task_id, attempt) DO UPDATE SET ${labelUpsertSet}`,
+      unnestColumns(labels.map(({ taskId, label }) => [taskId, label.attempt, label.annotatorId, JSON.stringify(label.annotations), label.status, label.voidReason, label.billed])),
     );
   }
 }
@@ -140,9 +145,9 @@ export async function saveLabelTask(tx: PoolClient, previous: LabelTaskState, ne
     const before = previous.labels.find((l) => l.attempt === label.attempt);
     if (before === label) continue;
     await tx.query(
-      `INSERT INTO labels (task_id, attempt, annotator_id, annotations, status, void_reason) VALUES ($1, $2, $3, $4::jsonb, $5, $6)
-       ON CONFLICT (task_id, attempt) DO UPDATE SET status = EXCLUDED.status, void_reason = EXCLUDED.void_reason, updated_at = now()`,
-      [next.taskId, label.attempt, label.annotatorId, JSON.stringify(label.annotations), label.status, label.voidReason],
+      `INSERT INTO labels (task_id, attempt, annotator_id, annotations, status, void_reason, billed) VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)
+       ON CONFLICT (task_id, attempt) DO UPDATE SET ${labelUpsertSet}`,
+      [next.taskId, label.attempt, label.annotatorId, JSON.stringify(label.annotations), label.status, label.voidReason, label.billed],
     );
   }
 }

@@ -27,6 +27,7 @@ const statusFor: Record<LabelRejection['code'], number> = {
   LABEL_VOIDED: 409,
   LABEL_REJECTED: 409,
   NOTHING_TO_UNDO: 409,
+  ALREADY_BILLED: 409,
   PROJECT_MISMATCH: 409,
   // A token subject of the machine form could otherwise be paid as a model is not (billing-svc).
   MACHINE_ACTOR_RESERVED: 403,
@@ -90,6 +91,7 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
         annotations: r.annotations,
         status: r.status,
         voidReason: r.void_reason,
+        billed: r.billed,
         submittedAt: r.submitted_at.toISOString(),
         updatedAt: r.updated_at.toISOString(),
       })),

@@ -28,6 +28,11 @@ export interface Label {
   readonly status: LabelStatus;
   /** Set exactly when status is voided. */
   readonly voidReason: VoidReason | null;
+  /**
+   * True once the attempt's BillingCompleted arrived. billing-svc never fails an attempt it billed,
+   * so a BillingFailed seen after it is a dead letter replayed from before an admin's retry: stale.
+   */
+  readonly billed: boolean;
 }
 
 /** A project's rule for machine pre-labels (PUT /projects/:projectId/prelabel-policy). */
@@ -93,6 +98,7 @@ const updateLabels = (state: LabelTaskState, change: (label: Label) => Label): L
 
 const toStatus = (label: Label, status: LabelStatus): Label => (label.status === status && label.voidReason === null ? label : { ...label, status, voidReason: null });
 const toVoided = (label: Label, reason: VoidReason): Label => (label.status === LabelStatus.voided ? label : { ...label, status: LabelStatus.voided, voidReason: reason });
+const toBilled = (label: Label): Label => (label.billed ? label : { ...label, billed: true });
 const onAttempt = (attempt: number, change: (label: Label) => Label) => (label: Label) => (label.attempt === attempt ? change(label) : label);
 
 /** True when a billing failure voided the label: the one void a later successful billing undoes. */
@@ -152,7 +158,7 @@ export function evolve(state: LabelTaskState, event: LabelStateEvent): LabelTask
       return {
         ...state,
         newPrelabels: state.newPrelabels.map((p) => (p.attempt === event.attempt && machineActorId(p.model) === event.payload.annotatorId ? { ...p, autoSubmitted: true } : p)),
-        labels: [...state.labels, { attempt: event.attempt, annotatorId: event.payload.annotatorId, annotations: event.payload.annotations, status: LabelStatus.submitted, voidReason: null }],
+        labels: [...state.labels, { attempt: event.attempt, annotatorId: event.payload.annotatorId, annotations: event.payload.annotations, status: LabelStatus.submitted, voidReason: null, billed: false }],
       };
     case 'PrelabelProposed': {
       // A proposal (when decide accepted it) is kept whether or not it was submitted; the
@@ -170,7 +176,7 @@ export function evolve(state: LabelTaskState, event: LabelStateEvent): LabelTask
       return updateLabels(state, onAttempt(event.attempt, (l) => toVoided(l, VoidReason.billingFailed)));
     case 'BillingCompleted':
       // Billing succeeded: after an admin retry (undoing the billing failure) or ahead of QaPassed.
-      return updateLabels(state, onAttempt(event.attempt, (l) => (voidedByBilling(l) || l.status === LabelStatus.submitted ? toStatus(l, LabelStatus.accepted) : l)));
+      return updateLabels(state, onAttempt(event.attempt, (l) => toBilled(voidedByBilling(l) || l.status === LabelStatus.submitted ? toStatus(l, LabelStatus.accepted) : l)));
     case 'BillingRefunded':
       // A TASK_CANCELLED refund needs nothing here: TaskCancelled voided the labels.
       if (event.payload.reason !== 'ATTEMPT_SUPERSEDED') return state;

@@ -30,6 +30,7 @@ export const ReviewRejections = {
   REASON_REQUIRED: 'REASON_REQUIRED',
   TASK_CANCELLED: 'TASK_CANCELLED',
   NOTHING_TO_UNDO: 'NOTHING_TO_UNDO',
+  ALREADY_BILLED: 'ALREADY_BILLED',
   SELF_REVIEW: 'SELF_REVIEW',
 } as const;
 export type ReviewRejection = Rejection<(typeof ReviewRejections)[keyof typeof ReviewRejections]>;
@@ -146,11 +147,15 @@ function observe(event: ReviewObservedEvent, state: ReviewTaskState): ReviewDeci
     case 'TaskCancelled':
       return accept();
     case 'BillingFailed':
+      // Only a dead letter replayed after an admin's successful retry arrives behind BillingCompleted.
+      if (reviewOf(state, event.attempt)?.billed) return reject('ALREADY_BILLED', `BillingFailed for attempt ${event.attempt}, which billing already completed (a replay from before a retry)`);
       return onReview(event, state, ReviewStatus.passed);
     case 'BillingCompleted': {
+      // Recorded on the pass, so that a stale BillingFailed cannot revoke it afterwards.
       const review = reviewOf(state, event.attempt);
+      if (review?.status === ReviewStatus.passed && !review.billed) return accept();
       if (review?.status === ReviewStatus.revoked && review.closeReason === CloseReason.billingFailed) return accept();
-      return reject('NOTHING_TO_UNDO', `BillingCompleted for attempt ${event.attempt}: its review was not revoked by a billing failure`);
+      return reject('NOTHING_TO_UNDO', `BillingCompleted for attempt ${event.attempt}: its review is not a pass billing has yet to confirm, nor revoked by a billing failure`);
     }
     case 'BillingRefunded':
       if (event.payload.reason === 'TASK_CANCELLED') return reject('NOTHING_TO_UNDO', `refund of attempt ${event.attempt} for a cancelled task: TaskCancelled revokes the review`);

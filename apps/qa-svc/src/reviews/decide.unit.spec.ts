@@ -70,7 +70,7 @@ describe('qa-svc: opening reviews', () => {
 
   it('folds QaStarted and its deadline into a pending review for the labelled attempt', () => {
     expect(when(given(), open(1)).state.reviews).toEqual([
-      { attempt: 1, projectId, annotatorId: alice, status: 'pending', reviewerId: null, reason: null, deadlineAt: deadline, closeReason: null },
+      { attempt: 1, projectId, annotatorId: alice, status: 'pending', reviewerId: null, reason: null, deadlineAt: deadline, closeReason: null, billed: false },
     ]);
   });
 
@@ -99,8 +99,8 @@ describe('qa-svc: reviewing a reworked task', () => {
 
     expect(decision).toEqual({ ok: true, events: [qaStarted(2, bob), deadlineSet(2)] });
     expect(state.reviews).toEqual([
-      { attempt: 1, projectId, annotatorId: alice, status: 'rejected', reviewerId: reviewer, reason: 'wrong animal', deadlineAt: deadline, closeReason: null },
-      { attempt: 2, projectId, annotatorId: bob, status: 'pending', reviewerId: null, reason: null, deadlineAt: deadline, closeReason: null },
+      { attempt: 1, projectId, annotatorId: alice, status: 'rejected', reviewerId: reviewer, reason: 'wrong animal', deadlineAt: deadline, closeReason: null, billed: false },
+      { attempt: 2, projectId, annotatorId: bob, status: 'pending', reviewerId: null, reason: null, deadlineAt: deadline, closeReason: null, billed: false },
     ]);
   });
 
@@ -357,13 +357,33 @@ describe('qa-svc: billing outcomes', () => {
     expect(state.reviews[0]?.reviewerId).toBe(reviewer);
   });
 
-  it('does nothing on BillingCompleted for a review that was never revoked, with NOTHING_TO_UNDO', () => {
+  it('records BillingCompleted on a pass as billed and leaves the review passed', () => {
     const state = given(opened(1), qaPassed(1));
 
     const { decision, state: next } = when(state, observe(billingCompleted(1)));
 
-    expect(rejectionCode(decision)).toBe('NOTHING_TO_UNDO');
-    expect(next).toBe(state);
+    expect(decision).toEqual({ ok: true, events: [] });
+    expect(statuses(next)).toEqual([[1, 'passed', null]]);
+    expect(next.reviews[0]?.billed).toBe(true);
+    expect(rejectionCode(decide(observe(billingCompleted(1)), next))).toBe('NOTHING_TO_UNDO');
+  });
+
+  it('refuses a BillingFailed replayed from a dead-letter topic after the retry billed the attempt with ALREADY_BILLED, and keeps the pass', () => {
+    // The failure was dead-lettered here, so qa-svc saw only the retry's BillingCompleted.
+    const billed = given(opened(1), qaPassed(1), billingCompleted(1));
+
+    const { decision, state } = when(billed, observe(billingFailed(1)));
+
+    expect(rejectionCode(decision)).toBe('ALREADY_BILLED');
+    expect(state).toBe(billed);
+    expect(statuses(state)).toEqual([[1, 'passed', null]]);
+  });
+
+  it('marks the review billed when BillingCompleted undoes a billing failure, so the failure cannot revoke it again', () => {
+    const { state } = when(given(opened(1), qaPassed(1), billingFailed(1)), observe(billingCompleted(1)));
+
+    expect(state.reviews[0]?.billed).toBe(true);
+    expect(rejectionCode(decide(observe(billingFailed(1)), state))).toBe('ALREADY_BILLED');
   });
 
   it('does not restore a review revoked for another reason when billing completes', () => {

@@ -152,6 +152,7 @@ describe('qa-svc review repository', () => {
     reason: null,
     deadlineAt: '2030-01-01T00:00:00.000Z',
     closeReason: null,
+    billed: false,
     ...over,
   });
   /** Saves `next` over what the task has now, in one transaction that takes the task's lock first, as every writer does. */

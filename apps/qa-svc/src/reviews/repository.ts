@@ -12,6 +12,7 @@ export interface ReviewRow {
   reason: string | null;
   deadline_at: Date | null;
   close_reason: string | null;
+  billed: boolean;
   opened_at: Date;
   decided_at: Date | null;
 }
@@ -29,11 +30,12 @@ const toReview = (r: ReviewRow): Review => ({
   reason: r.reason,
   deadlineAt: r.deadline_at?.toISOString() ?? null,
   closeReason: r.close_reason as CloseReason | null,
+  billed: r.billed,
 });
 
-/** A review written again keeps its decision time unless its status changed. */
+/** A review written again keeps its decision time unless its status changed; `billed` never goes back once set. */
 const reviewUpsertSet = `status = EXCLUDED.status, reviewer_id = EXCLUDED.reviewer_id, reason = EXCLUDED.reason,
-  deadline_at = EXCLUDED.deadline_at, close_reason = EXCLUDED.close_reason,
+  deadline_at = EXCLUDED.deadline_at, close_reason = EXCLUDED.close_reason, billed = reviews.billed OR EXCLUDED.billed,
   decided_at = CASE WHEN EXCLUDED.status = 'pending' THEN NULL WHEN EXCLUDED.status = reviews.status THEN reviews.decided_at ELSE now() END`;
 
 /**
@@ -85,10 +87,10 @@ export async function saveReviewsMany(tx: Queryable, changes: readonly { readonl
   const changed = changes.flatMap(({ before, after }) => after.reviews.filter((r) => !before.reviews.includes(r)).map((review) => ({ taskId: after.taskId, review })));
   if (changed.length === 0) return;
   await tx.query(
-    `INSERT INTO reviews (task_id, attempt, project_id, annotator_id, status, reviewer_id, reason, deadline_at, close_reason)
-     SELECT * FROM unnest($1::text[], $2::int[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[])
+    `INSERT INTO reviews (task_id, attempt, project_id, annotator_id, status, reviewer_id, reason, deadline_at, close_reason, billed)
+     SELECT * FROM unnest($1::text[], $2::int[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::boolean[])
      ON CONFLICT (task_id, attempt) DO UPDATE SET ${reviewUpsertSet}`,
-    unnestColumns(changed.map(({ taskId, review: r }) => [taskId, r.attempt, r.projectId, r.annotatorId, r.status, r.reviewerId, r.reason, r.deadlineAt, r.closeReason])),
+    unnestColumns(changed.map(({ taskId, review: r }) => [taskId, r.attempt, r.projectId, r.annotatorId, r.status, r.reviewerId, r.reason, r.deadlineAt, r.closeReason, r.billed])),
   );
 }
 
@@ -160,9 +162,9 @@ export async function saveReviews(tx: PoolClient, previous: ReviewTaskState, nex
   for (const review of next.reviews) {
     if (previous.reviews.includes(review)) continue;
     await tx.query(
-      `INSERT INTO reviews (task_id, attempt, project_id, annotator_id, status, reviewer_id, reason, deadline_at, close_reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+      `INSERT INTO reviews (task_id, attempt, project_id, annotator_id, status, reviewer_id, reason, deadline_at, close_reason, billed) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
        ON CONFLICT (task_id, attempt) DO UPDATE SET ${reviewUpsertSet}`,
-      [next.taskId, review.attempt, review.projectId, review.annotatorId, review.status, review.reviewerId, review.reason, review.deadlineAt, review.closeReason],
+      [next.taskId, review.attempt, review.projectId, review.annotatorId, review.status, review.reviewerId, review.reason, review.deadlineAt, review.closeReason, review.billed],
     );
   }
 }

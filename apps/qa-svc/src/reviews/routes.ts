@@ -36,6 +36,7 @@ const statusFor: Record<ReviewRejection['code'], number> = {
   REVIEW_NOT_DUE: 409,
   STALE_ATTEMPT: 409,
   NOTHING_TO_UNDO: 409,
+  ALREADY_BILLED: 409,
   SELF_REVIEW: 403,
 };
 
@@ -54,6 +55,7 @@ const toView = (r: Row, request: FastifyRequest) => {
     reason: r.reason,
     deadlineAt: r.deadline_at?.toISOString() ?? null,
     closeReason: r.close_reason,
+    billed: r.billed,
     openedAt: r.opened_at.toISOString(),
     decidedAt: r.decided_at?.toISOString() ?? null,
   };

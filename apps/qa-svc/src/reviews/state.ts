@@ -28,6 +28,11 @@ export interface Review {
   readonly deadlineAt: string | null;
   /** Set exactly when status is revoked or voided. */
   readonly closeReason: CloseReason | null;
+  /**
+   * True once the attempt's BillingCompleted arrived. billing-svc never fails an attempt it billed,
+   * so a BillingFailed seen after it is a dead letter replayed from before an admin's retry: stale.
+   */
+  readonly billed: boolean;
 }
 
 export interface ReviewTaskState {
@@ -89,7 +94,7 @@ export function evolve(state: ReviewTaskState, event: ReviewStateEvent): ReviewT
         ...state,
         reviews: [
           ...state.reviews,
-          { attempt: event.attempt, projectId: event.projectId, annotatorId: event.payload.annotatorId, status: ReviewStatus.pending, reviewerId: null, reason: null, deadlineAt: null, closeReason: null },
+          { attempt: event.attempt, projectId: event.projectId, annotatorId: event.payload.annotatorId, status: ReviewStatus.pending, reviewerId: null, reason: null, deadlineAt: null, closeReason: null, billed: false },
         ],
       };
     case 'ReviewDeadlineSet':
@@ -122,10 +127,12 @@ export function evolve(state: ReviewTaskState, event: ReviewStateEvent): ReviewT
     case 'BillingFailed':
       return transition(state, event.attempt, ReviewStatus.passed, close(ReviewStatus.revoked, CloseReason.billingFailed));
     case 'BillingCompleted': {
-      // An admin retried billing after the failure and it went through: the pass stands again.
       const review = reviewOf(state, event.attempt);
-      if (review?.status !== ReviewStatus.revoked || review.closeReason !== CloseReason.billingFailed) return state;
-      return transition(state, event.attempt, ReviewStatus.revoked, { status: ReviewStatus.passed, closeReason: null });
+      if (!review || review.billed) return state;
+      if (review.status === ReviewStatus.passed) return transition(state, event.attempt, ReviewStatus.passed, { billed: true });
+      // An admin retried billing after the failure and it went through: the pass stands again.
+      if (review.status !== ReviewStatus.revoked || review.closeReason !== CloseReason.billingFailed) return state;
+      return transition(state, event.attempt, ReviewStatus.revoked, { status: ReviewStatus.passed, closeReason: null, billed: true });
     }
     case 'BillingRefunded':
       // A TASK_CANCELLED refund needs nothing here: TaskCancelled revoked the pass.
