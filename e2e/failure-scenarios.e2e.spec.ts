@@ -74,7 +74,7 @@ describe('saga failure scenarios', () => {
     const annotator = 'ann-near-limit';
     const held = MAX - 100;
     // The annotator was already paid almost the largest amount a balance can hold, with the ledger credit that explains it.
-    await rows(stack, 'billing-svc', `WITH credit AS (INSERT INTO ledger (project_id, kind, annotator_id, amount) VALUES ($1, 'credit', $2, $3)) INSERT INTO payouts (annotator_id, balance) VALUES ($2, $3)`, [
+    await rows(stack, 'billing-svc', `WITH credit AS (INSERT INTO ledger (project_id, kind, annotator_id, amount) VALUES ($1, 'credit', $2, $3)) INSERT INTO payouts (annotator_id, currency, balance) VALUES ($2, 'USD', $3)`, [
       projectId,
       annotator,
       String(held),
@@ -94,7 +94,7 @@ describe('saga failure scenarios', () => {
     const billed = await billing.get<{ billings: { attempt: number; status: string; reason: string }[]; ledger: unknown[] }>(`/tasks/${taskId}/billing`);
     expect(billed.body.billings.map((b) => [b.attempt, b.status, b.reason])).toEqual([[1, 'failed', 'PAYOUT_LIMIT_EXCEEDED']]);
     expect(billed.body.ledger).toEqual([]);
-    expect((await billing.get<{ balance: number }>(`/annotators/${annotator}/payouts`)).body.balance).toBe(held);
+    expect((await billing.get<{ balances: Record<string, number> }>(`/annotators/${annotator}/payouts`)).body.balances).toEqual({ USD: held });
     expect((await billing.get<{ balance: number }>(`/projects/${projectId}`)).body.balance).toBe(10_000);
     const retried = await billing.post<{ error: { code: string } }>(`/tasks/${taskId}/billing/retry`);
     expect([retried.status, retried.body.error.code]).toEqual([409, 'PAYOUT_LIMIT_EXCEEDED']);

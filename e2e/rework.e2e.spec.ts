@@ -97,8 +97,8 @@ describe('the annotation saga when QA rejects the first attempt', () => {
     ]);
     expect(ledger.find((e) => e.kind === 'credit')?.annotator_id).toBe('ann-2');
 
-    const payouts = await Promise.all(['ann-1', 'ann-2'].map((a) => stack.http('billing-svc').get<{ balance: number }>(`/annotators/${a}/payouts`)));
-    expect(payouts.map((p) => p.body.balance)).toEqual([0, price]);
+    const payouts = await Promise.all(['ann-1', 'ann-2'].map((a) => stack.http('billing-svc').get<{ balances: Record<string, number> }>(`/annotators/${a}/payouts`)));
+    expect(payouts.map((p) => p.body.balances.USD ?? 0)).toEqual([0, price]);
     const project = await stack.http('billing-svc').get<{ balance: number }>(`/projects/${projectId}`);
     expect(project.body.balance).toBe(budget - price);
 

@@ -44,8 +44,8 @@ describe('the annotation saga on the happy path', () => {
     }
     const project = await stack.http('billing-svc').get<{ balance: number }>(`/projects/${projectId}`);
     expect(project.body.balance).toBe(budget - price * tasks.length);
-    const payouts = await Promise.all(['annotator-0', 'annotator-1'].map((a) => stack.http('billing-svc').get<{ balance: number }>(`/annotators/${a}/payouts`)));
-    expect(payouts.map((p) => p.body.balance)).toEqual([price * 3, price * 3]);
+    const payouts = await Promise.all(['annotator-0', 'annotator-1'].map((a) => stack.http('billing-svc').get<{ balances: Record<string, number> }>(`/annotators/${a}/payouts`)));
+    expect(payouts.map((p) => p.body.balances)).toEqual([{ USD: price * 3 }, { USD: price * 3 }]);
 
     const completed = await queryRows<{ n: string }>(stack.databases['task-svc'], `SELECT count(*) AS n FROM outbox WHERE event_type = 'TaskCompleted'`);
     expect(Number(completed[0]!.n)).toBe(tasks.length);

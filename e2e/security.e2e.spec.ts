@@ -255,15 +255,15 @@ describe('authentication, project roles and tenant isolation', () => {
       if (!caller.home) expect(res.body.reviews.filter((r) => r.projectId === own)).toEqual([]);
     }
     // Payouts: the annotator herself, the project's owners and managers, and admins.
-    const payouts = (identity: TestIdentity) => http('billing-svc', identity).get<{ balance?: number; entries: unknown[] }>('/annotators/worker/payouts');
+    const payouts = (identity: TestIdentity) => http('billing-svc', identity).get<{ balances?: Record<string, number>; entries: unknown[] }>('/annotators/worker/payouts');
     const self = await payouts(as.annotator('worker', own));
     expect(self.status).toBe(200);
-    expect(self.body.balance).toBe(100);
+    expect(self.body.balances).toEqual({ USD: 100 });
     for (const role of ['owner', 'manager'] as const) {
       const seen = await payouts(identity(role, own));
       expect(seen.status).toBe(200);
       expect(seen.body.entries).toHaveLength(1);
-      expect(seen.body.balance).toBeUndefined();
+      expect(seen.body.balances).toBeUndefined();
     }
     for (const role of ['reviewer', 'annotator'] as const) expect((await payouts(identity(role, own))).status).toBe(404);
     for (const role of Role) expect((await payouts(identity(role, other))).status).toBe(404);

@@ -104,4 +104,28 @@ ALTER TABLE projects ADD COLUMN machine_price_per_task bigint NOT NULL DEFAULT 0
     // the project dead-lettered). Exact as a JavaScript number up to 2^53.
     sql: `ALTER TABLE projects ALTER COLUMN version TYPE bigint;`,
   },
+  {
+    version: 9,
+    name: 'payouts per currency',
+    // One payout per annotator and currency: a balance that summed projects of different currencies
+    // meant nothing. The balances are recomputed from the ledger (credits - reversals), each entry in
+    // its project's currency. Rows of 0 without entries are dropped: a billing creates them again.
+    sql: `
+CREATE TABLE payouts_by_currency (
+  annotator_id text        NOT NULL,
+  currency     char(3)     NOT NULL,
+  balance      bigint      NOT NULL CHECK (balance >= 0 AND balance <= 9007199254740991),
+  updated_at   timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (annotator_id, currency)
+);
+INSERT INTO payouts_by_currency (annotator_id, currency, balance)
+  SELECT l.annotator_id, p.currency, sum(CASE WHEN l.kind = 'credit' THEN l.amount ELSE -l.amount END)
+  FROM ledger l JOIN projects p ON p.project_id = l.project_id
+  WHERE l.kind IN ('credit', 'reversal') AND l.annotator_id IS NOT NULL
+  GROUP BY l.annotator_id, p.currency;
+DROP TABLE payouts;
+ALTER TABLE payouts_by_currency RENAME TO payouts;
+ALTER TABLE payouts RENAME CONSTRAINT payouts_by_currency_pkey TO payouts_pkey;
+ALTER TABLE payouts RENAME CONSTRAINT payouts_by_currency_balance_check TO payouts_balance_check;`,
+  },
 ];

@@ -96,14 +96,7 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
     if (p.balance !== expected) flag('BUDGET_BALANCE', `balance ${p.balance} != top-ups - debits + refunds = ${expected}`, { projectId: p.projectId });
     if (p.balance < 0) flag('BUDGET_BALANCE', `negative balance ${p.balance}`, { projectId: p.projectId });
   }
-  // Every annotator the ledger pays, with a payout row or without one (then its balance is 0).
-  const payees = new Set([...s.payouts.map((p) => p.annotatorId), ...s.ledger.filter((e) => e.kind === 'credit' || e.kind === 'reversal').flatMap((e) => (e.annotatorId ? [e.annotatorId] : []))]);
-  for (const annotatorId of payees) {
-    const balance = s.payouts.find((p) => p.annotatorId === annotatorId)?.balance ?? 0;
-    const entries = s.ledger.filter((e) => e.annotatorId === annotatorId);
-    const expected = sum(entries.filter((e) => e.kind === 'credit')) - sum(entries.filter((e) => e.kind === 'reversal'));
-    if (balance !== expected) flag('PAYOUT_BALANCE', `payout of ${annotatorId} is ${balance}, credits - reversals = ${expected}`);
-  }
+  checkPayouts(s, flag);
   checkLedgerAttributed(s, settled, flag);
   // A model is never paid: no payout row and no credit or reversal names one.
   for (const p of s.payouts.filter((p) => isMachineActor(p.annotatorId))) flag('MACHINE_UNPAID', `a model has a payout row: ${p.annotatorId} holds ${p.balance}`);
@@ -118,6 +111,29 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
 }
 
 type Flag = (invariant: Invariant, detail: string, ids?: { taskId?: string; projectId?: string }) => void;
+
+/**
+ * Every payout equals its credits minus its reversals, per annotator and currency: each ledger
+ * entry counts in its project's currency, so a credit in EUR never makes up for a USD payout. Every
+ * annotator the ledger pays is checked, with a payout row or without one (then its balance is 0).
+ */
+function checkPayouts(s: Snapshot, flag: Flag): void {
+  const currencyOf = new Map(s.projects.map((p) => [p.projectId, p.currency ?? '']));
+  const key = (annotatorId: string, currency: string | undefined) => JSON.stringify([annotatorId, currency ?? '']);
+  const expected = new Map<string, number>();
+  const held = new Map<string, number>();
+  for (const p of s.payouts) held.set(key(p.annotatorId, p.currency), p.balance);
+  for (const e of s.ledger) {
+    if (e.annotatorId === null || (e.kind !== 'credit' && e.kind !== 'reversal')) continue;
+    const k = key(e.annotatorId, currencyOf.get(e.projectId));
+    expected.set(k, (expected.get(k) ?? 0) + (e.kind === 'credit' ? e.amount : -e.amount));
+  }
+  for (const k of new Set([...held.keys(), ...expected.keys()])) {
+    const [annotatorId, currency] = JSON.parse(k) as [string, string];
+    const [balance, owed] = [held.get(k) ?? 0, expected.get(k) ?? 0];
+    if (balance !== owed) flag('PAYOUT_BALANCE', `payout of ${annotatorId}${currency ? ` in ${currency}` : ''} is ${balance}, credits - reversals = ${owed}`);
+  }
+}
 
 function checkCompensated(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag): void {
   const ids = { taskId: t.taskId, projectId: t.projectId };

@@ -98,6 +98,18 @@ describe('the saga invariants', () => {
     expect(checkInvariants(wrongPayee, options)).toEqual([expect.objectContaining({ invariant: 'LEDGER_ATTRIBUTED', detail: 'a credit of 100 names mallory; attempt 1 was labelled by ann' })]);
   });
 
+  it('count each payout in its own currency: a EUR credit never makes up for a USD payout', () => {
+    const s = healthy();
+    const twoCurrencies: Snapshot = {
+      ...s,
+      projects: [{ ...s.projects[0]!, currency: 'EUR' }, { projectId: 'project-2', currency: 'USD', pricePerTask: 100, balance: 0 }],
+      payouts: [{ annotatorId: 'ann', currency: 'EUR', balance: 100 }],
+    };
+    expect(checkInvariants(twoCurrencies, options)).toEqual([]);
+    const mixed = { ...twoCurrencies, payouts: [{ annotatorId: 'ann', currency: 'USD', balance: 100 }] };
+    expect(checkInvariants(mixed, options).map((v) => v.detail)).toEqual(['payout of ann in USD is 100, credits - reversals = 0', 'payout of ann in EUR is 0, credits - reversals = 100']);
+  });
+
   it('catch credits to an annotator who has no payout row at all', () => {
     expect(checkInvariants({ ...healthy(), payouts: [] }, options)).toEqual([expect.objectContaining({ invariant: 'PAYOUT_BALANCE', detail: 'payout of ann is 0, credits - reversals = 100' })]);
   });

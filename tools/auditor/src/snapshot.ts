@@ -8,12 +8,13 @@ export interface Snapshot {
   readonly labels: readonly { taskId: string; attempt: number; status: string; annotatorId?: string }[];
   readonly assignments: readonly { taskId: string; attempt: number; annotatorId: string | null }[];
   readonly reviews: readonly { taskId: string; attempt: number; status: string; deadlineAt: Date | null }[];
-  /** `machinePricePerTask`: what a task a model labelled costs (0 when absent). */
-  readonly projects: readonly { projectId: string; pricePerTask: number; machinePricePerTask?: number; balance: number }[];
+  /** `machinePricePerTask`: what a task a model labelled costs (0 when absent). `currency`: of every amount of the project. */
+  readonly projects: readonly { projectId: string; currency?: string; pricePerTask: number; machinePricePerTask?: number; balance: number }[];
   /** Who each billed attempt pays (billing-svc's `billings`): a model's id means the machine rule applies. */
   readonly billings?: readonly { taskId: string; attempt: number; annotatorId: string; status: string }[];
   readonly ledger: readonly { projectId: string; taskId: string | null; attempt: number | null; kind: string; annotatorId: string | null; amount: number }[];
-  readonly payouts: readonly { annotatorId: string; balance: number }[];
+  /** One row per annotator and currency (a snapshot without currencies counts every payout in one). */
+  readonly payouts: readonly { annotatorId: string; currency?: string; balance: number }[];
   readonly unpublished: readonly { service: string; id: string; eventType: string; createdAt: Date }[];
 }
 
@@ -169,14 +170,14 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
       return { reviews, unpublished: await outbox('qa') };
     })(),
     (async () => {
-      const projects = await of('billing')<{ project_id: string; price_per_task: string; machine_price_per_task: string; balance: string }>(
-        'SELECT project_id, price_per_task, machine_price_per_task, balance FROM projects',
+      const projects = await of('billing')<{ project_id: string; currency: string; price_per_task: string; machine_price_per_task: string; balance: string }>(
+        'SELECT project_id, currency, price_per_task, machine_price_per_task, balance FROM projects',
       );
       const billings = await of('billing')<{ task_id: string; attempt: number; annotator_id: string; status: string }>('SELECT task_id, attempt, annotator_id, status FROM billings');
       const ledger = await of('billing')<{ project_id: string; task_id: string | null; attempt: number | null; kind: string; annotator_id: string | null; amount: string }>(
         'SELECT project_id, task_id, attempt, kind, annotator_id, amount FROM ledger',
       );
-      const payouts = await of('billing')<{ annotator_id: string; balance: string }>('SELECT annotator_id, balance FROM payouts');
+      const payouts = await of('billing')<{ annotator_id: string; currency: string; balance: string }>('SELECT annotator_id, currency, balance FROM payouts');
       return { projects, billings, ledger, payouts, unpublished: await outbox('billing') };
     })(),
   ]);
@@ -185,10 +186,10 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
     labels: label.labels.map((l) => ({ taskId: l.task_id, attempt: l.attempt, status: l.status, annotatorId: l.annotator_id })),
     assignments: label.assignments.map((a) => ({ taskId: a.task_id, attempt: a.attempt, annotatorId: a.annotator_id })),
     reviews: qa.reviews.map((r) => ({ taskId: r.task_id, attempt: r.attempt, status: r.status, deadlineAt: r.deadline_at })),
-    projects: billing.projects.map((p) => ({ projectId: p.project_id, pricePerTask: Number(p.price_per_task), machinePricePerTask: Number(p.machine_price_per_task), balance: Number(p.balance) })),
+    projects: billing.projects.map((p) => ({ projectId: p.project_id, currency: p.currency, pricePerTask: Number(p.price_per_task), machinePricePerTask: Number(p.machine_price_per_task), balance: Number(p.balance) })),
     billings: billing.billings.map((b) => ({ taskId: b.task_id, attempt: b.attempt, annotatorId: b.annotator_id, status: b.status })),
     ledger: billing.ledger.map((e) => ({ projectId: e.project_id, taskId: e.task_id, attempt: e.attempt, kind: e.kind, annotatorId: e.annotator_id, amount: Number(e.amount) })),
-    payouts: billing.payouts.map((p) => ({ annotatorId: p.annotator_id, balance: Number(p.balance) })),
+    payouts: billing.payouts.map((p) => ({ annotatorId: p.annotator_id, currency: p.currency, balance: Number(p.balance) })),
     unpublished: [...task.unpublished, ...label.unpublished, ...qa.unpublished, ...billing.unpublished],
   };
 }

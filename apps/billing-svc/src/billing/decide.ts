@@ -94,7 +94,7 @@ function chargeable(state: BillingTaskState, annotatorId: AnnotatorId, faults: B
     return {
       ok: false,
       reason: 'PAYOUT_LIMIT_EXCEEDED',
-      detail: `annotator ${annotatorId} holds ${payout} cents in payouts; ${price} more would pass the largest amount, ${MAX_AMOUNT}`,
+      detail: `annotator ${annotatorId} holds ${payout} (${project.currency}) in payouts; ${price} more would pass the largest amount, ${MAX_AMOUNT}`,
     };
   }
   return { ok: true };

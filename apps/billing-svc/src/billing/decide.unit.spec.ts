@@ -14,7 +14,7 @@ const envelope = (attempt: number) => ({ version: 1 as const, taskId, projectId,
 const qaPassed = (attempt = 1, annotatorId: AnnotatorId = ann): EventDraft<QaPassed> => ({ ...envelope(attempt), type: 'QaPassed', payload: { annotatorId, reviewerId: 'rev-1' as ReviewerId } });
 const cancelled = (attempt = 1): EventDraft<TaskCancelled> => ({ ...envelope(attempt), type: 'TaskCancelled', payload: { reason: 'withdrawn', cancelledBy: 'admin', previousStatus: 'completed' } });
 const reopened = (attempt: number): EventDraft<TaskReopened> => ({ ...envelope(attempt), type: 'TaskReopened', payload: { reason: 'LEASE_EXPIRED', previousAttempt: attempt - 1, previousAnnotatorId: ann } });
-const project = (balance: number, pricePerTask = 500, machinePricePerTask = 40): ProjectBudget => ({ projectId, pricePerTask, machinePricePerTask, balance, version: 3 });
+const project = (balance: number, pricePerTask = 500, machinePricePerTask = 40): ProjectBudget => ({ projectId, currency: 'EUR', pricePerTask, machinePricePerTask, balance, version: 3 });
 
 const bill = (event = qaPassed()): BillingCommand => ({ type: 'BillTask', event });
 const retry = (): BillingCommand => ({ type: 'RetryBilling', taskId });

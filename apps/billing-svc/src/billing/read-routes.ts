@@ -5,7 +5,7 @@ import { AnnotatorId, TaskId } from '@labelflow/contracts';
 import { decodeCursor, encodeCursor, guard, HttpError, PageQuery, parseInput, type ServiceContext } from '@labelflow/service-kit';
 import type { BillingSvcConfig } from '../config';
 import { budgets, LedgerListPosition, type LedgerRecord } from '../projects/port';
-import { listBillings, loadPayoutBalance, type BillingRecord } from './repository';
+import { listBillings, loadPayoutBalances, type BillingRecord } from './repository';
 
 const AnnotatorParams = z.object({ annotatorId: AnnotatorId });
 const TaskParams = z.object({ taskId: TaskId });
@@ -16,8 +16,9 @@ export const toBillingView = ({ createdAt, ...b }: BillingRecord) => ({ ...b, cr
 
 /** What billing moved, read back: an annotator's payouts, and a task's billings with their ledger entries. */
 export function billingReadRoutes(app: FastifyInstance, ctx: ServiceContext<BillingSvcConfig>): void {
-  // An annotator sees all her payouts and her balance; a project's managers and owners see the
-  // entries of their projects only (not her balance, which spans projects she may have elsewhere).
+  // An annotator sees all her payouts and her balances (one per currency); a project's managers and
+  // owners see the entries of their projects only (not her balances, which span projects she may
+  // have elsewhere).
   app.get('/annotators/:annotatorId/payouts', async (request) => {
     const { annotatorId } = parseInput(AnnotatorParams, request.params, 'path');
     const { limit, cursor } = parseInput(PayoutQuery, request.query, 'query');
@@ -26,13 +27,13 @@ export function billingReadRoutes(app: FastifyInstance, ctx: ServiceContext<Bill
     const projectIds = everything ? 'all' : projectsWith(principal, Permission.peopleRead);
     if (projectIds !== 'all' && projectIds.length === 0) throw new HttpError(404, 'ANNOTATOR_NOT_FOUND', `no payouts of ${annotatorId} you may see`);
     const after = cursor === undefined ? undefined : decodeCursor(LedgerListPosition, cursor);
-    const [balance, { items, next }] = await Promise.all([
-      everything ? loadPayoutBalance(ctx.pool, annotatorId) : Promise.resolve(undefined),
+    const [balances, { items, next }] = await Promise.all([
+      everything ? loadPayoutBalances(ctx.pool, annotatorId) : Promise.resolve(undefined),
       budgets.pageOfAnnotator(ctx.pool, { annotatorId, kind: 'credit', projectIds, limit, ...(after ? { afterId: after.afterId } : {}) }),
     ]);
     // A manager who never paid her learns nothing about her, not even that she exists.
     if (!everything && after === undefined && items.length === 0) throw new HttpError(404, 'ANNOTATOR_NOT_FOUND', `no payouts of ${annotatorId} you may see`);
-    return { annotatorId, ...(balance === undefined ? {} : { balance }), entries: items.map(toEntryView), nextCursor: next === null ? null : encodeCursor(next) };
+    return { annotatorId, ...(balances === undefined ? {} : { balances }), entries: items.map(toEntryView), nextCursor: next === null ? null : encodeCursor(next) };
   });
 
   app.get('/tasks/:taskId/billing', async (request) => {

@@ -6,7 +6,7 @@ import { migrate, ServiceKitErrors, withTransaction } from '@labelflow/service-k
 import { eventually, freshSnowflake, latch, freshDatabase } from '@labelflow/testing';
 import { migrations } from '../migrations';
 import { insertProject, listLedger, loadProject } from '../projects/repository';
-import { billingBatchStore, listBillings, loadBillingTask, loadPayoutBalance, saveBillingTask } from './repository';
+import { billingBatchStore, listBillings, loadBillingTask, loadPayoutBalances, saveBillingTask } from './repository';
 import { emptyBilling, evolve, type BillingStateEvent, type BillingTaskState } from './state';
 
 const infra = inject('infra');
@@ -21,11 +21,13 @@ describe('billing-svc billing repository', () => {
   beforeAll(async () => void (pool = await db.open()));
   afterAll(() => db.close());
 
-  const newProject = async (balance = 1_000) => {
+  const newProject = async (balance = 1_000, currency = 'EUR') => {
     const projectId = randomUUID() as ProjectId;
-    await insertProject(pool, { projectId, name: 'cats', currency: 'EUR', pricePerTask: price, machinePricePerTask: 0, balance });
+    await insertProject(pool, { projectId, name: 'cats', currency, pricePerTask: price, machinePricePerTask: 0, balance });
     return projectId;
   };
+  /** The annotator's payout in the currency of the projects `newProject` makes by default. */
+  const payoutInEur = async (annotatorId: AnnotatorId) => (await loadPayoutBalances(pool, annotatorId)).EUR ?? 0;
   const newTaskId = () => freshSnowflake() as TaskId;
   const newAnnotator = () => `ann-${randomUUID().slice(0, 8)}` as AnnotatorId;
   type Draft = BillingStateEvent;
@@ -61,7 +63,7 @@ describe('billing-svc billing repository', () => {
   it('loads a task billing never saw with its tombstone row made, the hinted project, and a zero payout row for the approved annotator', async () => {
     const [projectId, taskId, annotatorId] = [await newProject(), newTaskId(), newAnnotator()];
     const state = await withTransaction(pool, (tx) => loadBillingTask(tx, taskId, projectId, { annotators: [annotatorId] }));
-    expect(state).toMatchObject(emptyBilling(taskId, { projectId, pricePerTask: price, machinePricePerTask: 0, balance: 1_000, version: 1 }, { [annotatorId]: 0 }));
+    expect(state).toMatchObject(emptyBilling(taskId, { projectId, currency: 'EUR', pricePerTask: price, machinePricePerTask: 0, balance: 1_000, version: 1 }, { [annotatorId]: 0 }));
     expect((await pool.query('SELECT latest_attempt, cancelled_at FROM billing_tasks WHERE task_id = $1', [taskId])).rows).toEqual([{ latest_attempt: 1, cancelled_at: null }]);
     expect((await withTransaction(pool, (tx) => loadBillingTask(tx, newTaskId(), randomUUID() as ProjectId))).project).toBeNull();
   });
@@ -98,7 +100,7 @@ describe('billing-svc billing repository', () => {
       ['credit', annotatorId, price, reviewer],
     ]);
     expect(await loadProject(pool, projectId)).toMatchObject({ balance: 1_000 - price, version: 2 });
-    expect(await loadPayoutBalance(pool, annotatorId)).toBe(price);
+    expect(await payoutInEur(annotatorId)).toBe(price);
 
     const reloaded = await withTransaction(pool, (tx) => loadBillingTask(tx, taskId, null));
     expect(reloaded).toMatchObject({ project: { projectId, balance: 1_000 - price, version: 2 }, payouts: { [annotatorId]: price }, billings: [{ status: 'completed', amount: price }] });
@@ -110,7 +112,7 @@ describe('billing-svc billing repository', () => {
       ['reversal', annotatorId, price, 'manager-1'],
     ]);
     expect(await loadProject(pool, projectId)).toMatchObject({ balance: 1_000, version: 3 });
-    expect(await loadPayoutBalance(pool, annotatorId)).toBe(0);
+    expect(await payoutInEur(annotatorId)).toBe(0);
   });
 
   it('keeps a failed billing without booking anything, and books it once a retry completes it', async () => {
@@ -139,7 +141,7 @@ describe('billing-svc billing repository', () => {
     await expect(billedAgain).rejects.toMatchObject({ code: ServiceKitErrors.CONCURRENT_UPDATE, retriable: true });
     expect(await ledgerOf(taskId)).toHaveLength(2);
     expect(await loadProject(pool, projectId)).toMatchObject({ balance: 1_000 - price, version: 2 });
-    expect(await loadPayoutBalance(pool, annotatorId)).toBe(price);
+    expect(await payoutInEur(annotatorId)).toBe(price);
   });
 
   it("serializes two writers of one task on its row: the second load waits for the first's commit and sees its billing", async () => {
@@ -198,7 +200,7 @@ describe('billing-svc billing repository', () => {
     await batch;
     await writer;
     expect(await loadProject(pool, projectId)).toMatchObject({ balance: 1_000 - 3 * price, version: 4 });
-    expect(await loadPayoutBalance(pool, annotatorId)).toBe(3 * price);
+    expect(await payoutInEur(annotatorId)).toBe(3 * price);
     for (const taskId of tasks) expect(await ledgerOf(taskId)).toHaveLength(2);
   });
 
@@ -222,7 +224,7 @@ describe('billing-svc billing repository', () => {
       await states.save();
     });
     expect(await loadProject(pool, projectId)).toMatchObject({ balance: 1_000 - price, version: 4 });
-    expect(await loadPayoutBalance(pool, annotatorId)).toBe(price);
+    expect(await payoutInEur(annotatorId)).toBe(price);
     expect(await ledgerOf(kept)).toEqual([['debit', null, price, reviewer], ['credit', annotatorId, price, reviewer]]);
     expect(await ledgerOf(undone)).toEqual([['debit', null, price, reviewer], ['credit', annotatorId, price, reviewer], ['refund', null, price, 'manager-1'], ['reversal', annotatorId, price, 'manager-1']]);
     expect((await listBillings(pool, undone)).map((b) => b.status)).toEqual(['refunded']);
@@ -243,6 +245,27 @@ describe('billing-svc billing repository', () => {
     });
     await expect(attempt).rejects.toMatchObject({ code: ServiceKitErrors.CONCURRENT_UPDATE, retriable: true });
     expect(await ledgerOf(taskId)).toHaveLength(2);
-    expect(await loadPayoutBalance(pool, annotatorId)).toBe(price);
+    expect(await payoutInEur(annotatorId)).toBe(price);
+  });
+
+  it('keeps one payout per currency: credits from a EUR and a USD project, one batch and one task at a time, never add up', async () => {
+    const annotatorId = newAnnotator();
+    const [eur, usd] = [await newProject(1_000, 'EUR'), await newProject(1_000, 'USD')];
+    const [inEur, inUsd, single] = [newTaskId(), newTaskId(), newTaskId()];
+    await withTransaction(pool, async (tx) => {
+      const states = await billingBatchStore.open(tx, [qaPassedOf(inEur, eur, annotatorId), qaPassedOf(inUsd, usd, annotatorId)]);
+      for (const [taskId, projectId] of [[inEur, eur], [inUsd, usd]] as const) {
+        const before = await states.get(taskId);
+        // Each task sees the payout in its own project's currency only.
+        expect(before.payouts).toEqual({ [annotatorId]: 0 });
+        await states.set(taskId, before, evolve(before, completed(taskId, projectId, annotatorId)));
+      }
+      await states.save();
+    });
+    expect(await loadPayoutBalances(pool, annotatorId)).toEqual({ EUR: price, USD: price });
+
+    const after = await apply(single, usd, [completed(single, usd, annotatorId)], [annotatorId]);
+    expect(after.payouts).toEqual({ [annotatorId]: 2 * price });
+    expect(await loadPayoutBalances(pool, annotatorId)).toEqual({ EUR: price, USD: 2 * price });
   });
 });

@@ -52,31 +52,44 @@ export async function loadBillingTask(tx: PoolClient, taskId: TaskId, projectHin
   const billings = await listBillings(tx, taskId);
   const projectId = billings[0]?.projectId ?? projectHint;
   const project = projectId ? await budgets.load(tx, projectId) : null;
-  const annotators = [...(payoutRows.annotators ?? []), ...billings.map((b) => b.annotatorId)].filter((a) => !isMachine(a));
-  await ensurePayoutRows(tx, annotators);
-  const payouts = await lockPayouts(tx, annotators);
+  // Without its project no money moves for the task, so no payout is needed.
+  const annotators = project ? [...(payoutRows.annotators ?? []), ...billings.map((b) => b.annotatorId)].filter((a) => !isMachine(a)) : [];
+  const held = await lockPayouts(tx, annotators.map((annotatorId) => ({ annotatorId, currency: project!.currency })));
+  const payouts = Object.fromEntries([...held].map(([key, balance]) => [annotatorOfKey(key), balance]));
   const mark = marks[0];
   return { ...emptyBilling(taskId, project, payouts), billings, cancelled: mark?.cancelled_at != null, latestAttempt: mark?.latest_attempt ?? 1 };
 }
 
-/**
- * Creates a zero payout row for each annotator that has none, so that the lock taken next covers
- * every payout a decision may move: two first credits of one annotator queue on the row instead of
- * both deciding against a balance of 0.
- */
-async function ensurePayoutRows(tx: PoolClient, annotators: readonly AnnotatorId[]): Promise<void> {
-  if (annotators.length === 0) return;
-  await tx.query('INSERT INTO payouts (annotator_id, balance) SELECT a, 0 FROM unnest($1::text[]) AS a ORDER BY 1 ON CONFLICT (annotator_id) DO NOTHING', [[...new Set(annotators)]]);
+/** One payout: an annotator's balance in one currency. */
+interface PayoutKey {
+  readonly annotatorId: AnnotatorId;
+  readonly currency: string;
 }
 
-/** Locks the annotators' payout rows, in id order, and returns their balances. */
-async function lockPayouts(tx: PoolClient, annotators: readonly AnnotatorId[]): Promise<Record<string, Money>> {
-  if (annotators.length === 0) return {};
-  const { rows } = await tx.query<{ annotator_id: string; balance: string }>(
-    'SELECT annotator_id, balance FROM payouts WHERE annotator_id = ANY($1::text[]) ORDER BY annotator_id FOR UPDATE',
-    [[...new Set(annotators)]],
+/** A currency code is three letters, so the key splits back unambiguously whatever the annotator id holds. */
+const payoutKey = ({ annotatorId, currency }: PayoutKey): string => `${currency}:${annotatorId}`;
+const annotatorOfKey = (key: string): AnnotatorId => key.slice(4) as AnnotatorId;
+
+/**
+ * Creates a zero payout row for each (annotator, currency) that has none, then locks the rows in
+ * key order and returns their balances by `payoutKey`. The rows exist before the lock, so the lock
+ * covers every payout a decision may move: two first credits of one annotator queue on the row
+ * instead of both deciding against a balance of 0.
+ */
+async function lockPayouts(tx: PoolClient, wanted: readonly PayoutKey[]): Promise<Map<string, Money>> {
+  if (wanted.length === 0) return new Map();
+  const keys = [...new Map(wanted.map((k) => [payoutKey(k), k])).values()].sort((a, b) => (a.annotatorId < b.annotatorId ? -1 : a.annotatorId > b.annotatorId ? 1 : a.currency < b.currency ? -1 : a.currency > b.currency ? 1 : 0));
+  const columns = [pgArray(keys.map((k) => k.annotatorId)), pgArray(keys.map((k) => k.currency))];
+  await tx.query(
+    `INSERT INTO payouts (annotator_id, currency, balance) SELECT a, c, 0 FROM unnest($1::text[], $2::text[]) AS u(a, c) ORDER BY 1, 2 ON CONFLICT (annotator_id, currency) DO NOTHING`,
+    columns,
   );
-  return Object.fromEntries(rows.map((r) => [r.annotator_id, Number(r.balance)]));
+  const { rows } = await tx.query<{ annotator_id: string; currency: string; balance: string }>(
+    `SELECT p.annotator_id, p.currency, p.balance FROM payouts p JOIN unnest($1::text[], $2::text[]) AS u(a, c) ON p.annotator_id = u.a AND p.currency = u.c
+     WHERE p.annotator_id = ANY($1::text[]) ORDER BY p.annotator_id, p.currency FOR UPDATE OF p`,
+    columns,
+  );
+  return new Map(rows.map((r) => [payoutKey({ annotatorId: r.annotator_id as AnnotatorId, currency: r.currency }), Number(r.balance)]));
 }
 
 // A model has no payout row: nothing to create or lock for it.
@@ -105,10 +118,21 @@ export const billingBatchStore: BatchStore<BillingTaskState> = {
       const annotator = approvedAnnotator(e);
       if (annotator) approved.set(e.taskId, [...(approved.get(e.taskId) ?? []), annotator]);
     }
-    const annotators = [...billingRows.map((r) => r.annotator_id as AnnotatorId).filter((a) => !isMachine(a)), ...[...approved.values()].flat()];
-    await ensurePayoutRows(tx, annotators);
-    const payouts = new Map(Object.entries(await lockPayouts(tx, annotators)));
     const hints = new Map(events.map((e) => [e.taskId, e.projectId]));
+    // Each task's payouts are in its project's currency; a task whose project is missing moves none.
+    const currencyOf = (projectId: string | undefined): string | undefined => (projectId === undefined ? undefined : projects.get(projectId)?.currency);
+    const wanted: PayoutKey[] = [];
+    const billedProject = new Map<string, string>();
+    for (const r of billingRows) {
+      if (!billedProject.has(r.task_id)) billedProject.set(r.task_id, r.project_id);
+      const currency = currencyOf(billedProject.get(r.task_id));
+      if (currency && !isMachine(r.annotator_id)) wanted.push({ annotatorId: r.annotator_id as AnnotatorId, currency });
+    }
+    for (const [taskId, annotators] of approved) {
+      const currency = currencyOf(billedProject.get(taskId) ?? hints.get(taskId as TaskId));
+      if (currency) wanted.push(...annotators.map((annotatorId) => ({ annotatorId, currency })));
+    }
+    const payouts = await lockPayouts(tx, wanted);
     const marks = new Map(markRows.map((r) => [r.task_id, { cancelled: r.cancelled_at != null, latestAttempt: r.latest_attempt }]));
     const billings = new Map<string, AttemptBilling[]>();
     const storedStatus = new Map<string, string>();
@@ -121,10 +145,11 @@ export const billingBatchStore: BatchStore<BillingTaskState> = {
       get(taskId) {
         const mine = billings.get(taskId) ?? [];
         const projectId = mine[0]?.projectId ?? hints.get(taskId) ?? null;
-        const payoutOf = [...(approved.get(taskId) ?? []), ...mine.map((b) => b.annotatorId)].filter((a) => !isMachine(a));
+        const project = projectId ? pending.project(projectId) : null;
+        const payoutOf = project ? [...(approved.get(taskId) ?? []), ...mine.map((b) => b.annotatorId)].filter((a) => !isMachine(a)) : [];
         const mark = marks.get(taskId);
         return {
-          ...emptyBilling(taskId, projectId ? pending.project(projectId) : null, Object.fromEntries(payoutOf.map((a) => [a, payouts.get(a) ?? 0]))),
+          ...emptyBilling(taskId, project, Object.fromEntries(payoutOf.map((a) => [a, payouts.get(payoutKey({ annotatorId: a, currency: project!.currency })) ?? 0]))),
           billings: mine,
           cancelled: mark?.cancelled ?? false,
           latestAttempt: mark?.latestAttempt ?? 1,
@@ -174,8 +199,9 @@ function createPendingWrites(projects: Map<string, ProjectBudget>, payouts: Map<
         if (!booked) continue;
         ledger.push(...booked.entries);
         if (booked.payout) {
-          payouts.set(booked.payout.annotatorId, (payouts.get(booked.payout.annotatorId) ?? 0) + booked.payout.delta);
-          movedPayouts.add(booked.payout.annotatorId);
+          const key = payoutKey({ annotatorId: booked.payout.annotatorId, currency: currencyOfBilling(billing, next) });
+          payouts.set(key, (payouts.get(key) ?? 0) + booked.payout.delta);
+          movedPayouts.add(key);
         }
       }
     },
@@ -193,13 +219,21 @@ function createPendingWrites(projects: Map<string, ProjectBudget>, payouts: Map<
       await budgets.book(tx, ledger);
       if (movedPayouts.size > 0) {
         const moved = [...movedPayouts];
-        await tx.query('UPDATE payouts p SET balance = u.balance, updated_at = now() FROM unnest($1::text[], $2::bigint[]) AS u(annotator_id, balance) WHERE p.annotator_id = ANY($1::text[]) AND p.annotator_id = u.annotator_id', [
-          pgArray(moved),
-          pgArray(moved.map((a) => payouts.get(a) ?? 0)),
-        ]);
+        await tx.query(
+          `UPDATE payouts p SET balance = u.balance, updated_at = now() FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(annotator_id, currency, balance)
+           WHERE p.annotator_id = ANY($1::text[]) AND p.annotator_id = u.annotator_id AND p.currency = u.currency`,
+          [pgArray(moved.map(annotatorOfKey)), pgArray(moved.map((key) => key.slice(0, 3))), pgArray(moved.map((key) => payouts.get(key) ?? 0))],
+        );
       }
     },
   };
+}
+
+/** A billing moves money only with its project loaded: its currency is the payout's. */
+function currencyOfBilling(billing: AttemptBilling, state: BillingTaskState): string {
+  // Unreachable: decide completes a billing only against its loaded project, and refunds one it completed.
+  if (state.project?.projectId !== billing.projectId) throw new Error(`billing of task ${billing.taskId} attempt ${billing.attempt} moved a payout without its project ${billing.projectId} loaded`);
+  return state.project.currency;
 }
 
 /**
@@ -255,8 +289,8 @@ export async function saveBillingTask(tx: PoolClient, previous: BillingTaskState
     if (before === billing) continue;
     await saveBilling(tx, billing, before?.status ?? null);
     if (billing.status === before?.status) continue;
-    if (billing.status === BillingStatus.completed) await book(tx, billing, [['debit', null], ['credit', billing.annotatorId]], billing.amount, billing.approvedBy);
-    if (billing.status === BillingStatus.refunded) await book(tx, billing, [['refund', null], ['reversal', billing.annotatorId]], -billing.amount, billing.refundedBy ?? null);
+    if (billing.status === BillingStatus.completed) await book(tx, billing, next, [['debit', null], ['credit', billing.annotatorId]], billing.amount, billing.approvedBy);
+    if (billing.status === BillingStatus.refunded) await book(tx, billing, next, [['refund', null], ['reversal', billing.annotatorId]], -billing.amount, billing.refundedBy ?? null);
   }
 }
 
@@ -269,7 +303,7 @@ function bookings(b: AttemptBilling, legs: readonly [LedgerEntry['kind'], Annota
   return { entries: legs.map(entry), payout: { annotatorId: b.annotatorId, delta: payoutDelta } };
 }
 
-async function book(tx: PoolClient, b: AttemptBilling, legs: readonly [LedgerEntry['kind'], AnnotatorId | null][], payoutDelta: Money, actor: string | null): Promise<void> {
+async function book(tx: PoolClient, b: AttemptBilling, state: BillingTaskState, legs: readonly [LedgerEntry['kind'], AnnotatorId | null][], payoutDelta: Money, actor: string | null): Promise<void> {
   const { entries, payout } = bookings(b, legs, payoutDelta, actor);
   if (entries.length > 0) await budgets.book(tx, entries);
   if (!payout) return;
@@ -277,10 +311,10 @@ async function book(tx: PoolClient, b: AttemptBilling, legs: readonly [LedgerEnt
   // since its proposed row (a negative balance) fails the CHECK before ON CONFLICT is considered.
   const sql =
     payout.delta >= 0
-      ? `INSERT INTO payouts (annotator_id, balance) VALUES ($1, $2)
-         ON CONFLICT (annotator_id) DO UPDATE SET balance = payouts.balance + EXCLUDED.balance, updated_at = now()`
-      : 'UPDATE payouts SET balance = balance + $2, updated_at = now() WHERE annotator_id = $1';
-  await tx.query(sql, [payout.annotatorId, payout.delta]);
+      ? `INSERT INTO payouts (annotator_id, currency, balance) VALUES ($1, $3, $2)
+         ON CONFLICT (annotator_id, currency) DO UPDATE SET balance = payouts.balance + EXCLUDED.balance, updated_at = now()`
+      : 'UPDATE payouts SET balance = balance + $2, updated_at = now() WHERE annotator_id = $1 AND currency = $3';
+  await tx.query(sql, [payout.annotatorId, payout.delta, currencyOfBilling(b, state)]);
 }
 
 /** Compare-and-set on the billing's status: finding another status means a concurrent writer won. */
@@ -297,7 +331,8 @@ async function saveBilling(db: Queryable, b: AttemptBilling, previousStatus: str
   }
 }
 
-export async function loadPayoutBalance(db: Queryable, annotatorId: AnnotatorId): Promise<Money> {
-  const { rows } = await db.query<{ balance: string }>('SELECT balance FROM payouts WHERE annotator_id = $1', [annotatorId]);
-  return rows[0] ? Number(rows[0].balance) : 0;
+/** An annotator's payout balances by currency code, in code order; none when nothing was ever credited. */
+export async function loadPayoutBalances(db: Queryable, annotatorId: AnnotatorId): Promise<Record<string, Money>> {
+  const { rows } = await db.query<{ currency: string; balance: string }>('SELECT currency, balance FROM payouts WHERE annotator_id = $1 ORDER BY currency', [annotatorId]);
+  return Object.fromEntries(rows.map((r) => [r.currency, Number(r.balance)]));
 }

@@ -9,6 +9,8 @@ export type BillingStatus = (typeof BillingStatus)[keyof typeof BillingStatus];
 /** The part of a project that billing decides on, as projects/port.ts hands it over. */
 export interface ProjectBudget {
   readonly projectId: ProjectId;
+  /** ISO 4217 code of every amount of the project: its prices, its balance, and the payouts it credits. */
+  readonly currency: string;
   readonly pricePerTask: Money;
   /** The price of a task whose approved labels a model submitted. */
   readonly machinePricePerTask: Money;
@@ -44,9 +46,10 @@ export interface BillingTaskState {
   readonly cancelled: boolean;
   readonly latestAttempt: number;
   /**
-   * Payout balances, by annotator, of everyone this task's billing may credit or reverse (the
-   * approved annotator and those of its billed attempts), as loaded and as the transitions move
-   * them. An annotator missing here has no payout yet (0).
+   * Payout balances, by annotator, in the currency of the task's project, of everyone this task's
+   * billing may credit or reverse (the approved annotator and those of its billed attempts), as
+   * loaded and as the transitions move them. An annotator missing here has no payout yet (0). An
+   * annotator paid in several currencies holds one payout per currency; amounts never mix.
    */
   readonly payouts: Readonly<Record<string, Money>>;
 }

@@ -7,7 +7,7 @@ import type { ProjectState } from './state';
 export { LedgerListPosition, type LedgerEntry, type LedgerRecord } from './repository';
 
 /** The part of a project that billing decides on. */
-export type ProjectBudget = Pick<ProjectState, 'projectId' | 'pricePerTask' | 'machinePricePerTask' | 'balance' | 'version'>;
+export type ProjectBudget = Pick<ProjectState, 'projectId' | 'currency' | 'pricePerTask' | 'machinePricePerTask' | 'balance' | 'version'>;
 
 /**
  * Everything billing/ does with projects/: lock and read a budget, move its balance, book what a
@@ -34,7 +34,7 @@ export interface BudgetPort {
   pageOfAnnotator: typeof pageLedger;
 }
 
-const budgetOf = (project: ProjectBudget): ProjectBudget => ({ projectId: project.projectId, pricePerTask: project.pricePerTask, machinePricePerTask: project.machinePricePerTask, balance: project.balance, version: project.version });
+const budgetOf = (project: ProjectBudget): ProjectBudget => ({ projectId: project.projectId, currency: project.currency, pricePerTask: project.pricePerTask, machinePricePerTask: project.machinePricePerTask, balance: project.balance, version: project.version });
 
 export const budgets: BudgetPort = {
   async loadAll(tx, projectIds) {

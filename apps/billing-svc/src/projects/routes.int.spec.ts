@@ -25,7 +25,7 @@ interface LedgerEntry {
 }
 interface Payouts {
   readonly annotatorId: string;
-  readonly balance?: number;
+  readonly balances?: Readonly<Record<string, number>>;
   readonly entries: readonly LedgerEntry[];
   readonly nextCursor: string | null;
 }
@@ -163,24 +163,24 @@ describe('billing-svc project routes, answered in-process', () => {
   });
 
   describe('GET /annotators/:annotatorId/payouts', () => {
-    it('shows the annotator her balance and every credit, page by page', async () => {
+    it('shows the annotator her balance in each currency and every credit, page by page', async () => {
       const first = await svc.http(people().annotator).get<Payouts>('/annotators/ann-1/payouts?limit=1');
       expect(first.status).toBe(200);
-      expect(first.body).toMatchObject({ annotatorId: 'ann-1', balance: 2 * price, entries: [{ kind: 'credit', taskId: billed[0], amount: price, actor: 'rev-1' }] });
+      expect(first.body).toMatchObject({ annotatorId: 'ann-1', balances: { USD: 2 * price }, entries: [{ kind: 'credit', taskId: billed[0], amount: price, actor: 'rev-1' }] });
       const second = await svc.http(people().annotator).get<Payouts>(`/annotators/ann-1/payouts?limit=1&cursor=${first.body.nextCursor}`);
       expect(second.body.entries.map((e) => e.taskId)).toEqual([billed[1]]);
       expect(second.body.nextCursor).toBeNull();
     });
 
-    it('shows a manager the credits of her projects without the balance, which spans projects she may not see', async () => {
+    it('shows a manager the credits of her projects without the balances, which span projects she may not see', async () => {
       const seen = await svc.http(people().manager).get<Payouts>('/annotators/ann-1/payouts');
       expect(seen.status).toBe(200);
       expect(seen.body.entries).toHaveLength(2);
-      expect(seen.body).not.toHaveProperty('balance');
+      expect(seen.body).not.toHaveProperty('balances');
     });
 
-    it('answers an annotator never paid, asking about herself, with balance 0 and no entries', async () => {
-      expect((await svc.http(as.annotator('ann-new', project.projectId)).get<Payouts>('/annotators/ann-new/payouts')).body).toEqual({ annotatorId: 'ann-new', balance: 0, entries: [], nextCursor: null });
+    it('answers an annotator never paid, asking about herself, with no balances and no entries', async () => {
+      expect((await svc.http(as.annotator('ann-new', project.projectId)).get<Payouts>('/annotators/ann-new/payouts')).body).toEqual({ annotatorId: 'ann-new', balances: {}, entries: [], nextCursor: null });
     });
 
     it('answers 404 ANNOTATOR_NOT_FOUND to whoever may not see her payouts', async () => {
