@@ -6,7 +6,7 @@ import type { ConsumerMetrics } from './consumer-metrics';
 import type { ApplyRun, Step } from './consumer-retry';
 import type { DeadLetter } from './dead-letter';
 import { MessagingErrors } from './errors';
-import type { CommitSender, OffsetCommitter } from './offset-committer';
+import type { CommitSender, NextOffset, OffsetCommitter } from './offset-committer';
 
 /** The header every labelflow producer stamps with the event's type, so consumers can skip unread. */
 export const EVENT_TYPE_HEADER = 'event-type';
@@ -162,13 +162,15 @@ export function createBatchHandler<E extends { readonly type: string }>(deps: Ba
   }
 
   /** One OffsetCommit through the payload: unlike `consumer.commitOffsets`, it still commits while the consumer stops. */
-  const sender =
-    (payload: EachBatchPayload): CommitSender =>
-    (next) => {
-      const topics = new Map<string, { partition: number; offset: string }[]>();
-      for (const { topic, partition, offset } of next) topics.set(topic, [...(topics.get(topic) ?? []), { partition, offset }]);
-      return payload.commitOffsetsIfNecessary({ topics: [...topics].map(([topic, partitions]) => ({ topic, partitions })) });
-    };
+  const sender = (payload: EachBatchPayload): CommitSender =>
+    Object.assign(
+      (next: readonly NextOffset[]) => {
+        const topics = new Map<string, { partition: number; offset: string }[]>();
+        for (const { topic, partition, offset } of next) topics.set(topic, [...(topics.get(topic) ?? []), { partition, offset }]);
+        return payload.commitOffsetsIfNecessary({ topics: [...topics].map(([topic, partitions]) => ({ topic, partitions })) });
+      },
+      { usable: () => payload.isRunning() },
+    );
 
   return async function processBatch(payload: EachBatchPayload): Promise<void> {
     try {

@@ -154,6 +154,9 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
       await consumer.run(runConfig);
     },
     async close() {
+      // First: a retry due while the clients disconnect (or after a disconnect that ran out of
+      // time) would reconnect them. What is left uncommitted is redelivered, then deduplicated.
+      offsets.close();
       await supervision.close();
       progress.stop();
       try {
@@ -161,7 +164,6 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
         await dlqProducer.disconnect();
         await admin?.disconnect();
       } finally {
-        offsets.close();
         idlePoll?.release();
         supervision.enter('stopped');
       }

@@ -7,8 +7,13 @@ export interface NextOffset {
   readonly offset: string;
 }
 
-/** Sends one OffsetCommit request (kafkajs's eachBatch `commitOffsetsIfNecessary(offsets)` does, even while the consumer stops). */
-export type CommitSender = (offsets: readonly NextOffset[]) => Promise<void>;
+/**
+ * Sends one OffsetCommit request (kafkajs's eachBatch `commitOffsetsIfNecessary(offsets)` does, even
+ * while the consumer stops). `usable`, when given, says whether the sender can still reach the
+ * group: a retry is never sent through one whose consumer has stopped (it would reconnect a closed
+ * client), and the offsets wait for the next batch's sender or the next rebalance's reset.
+ */
+export type CommitSender = ((offsets: readonly NextOffset[]) => Promise<void>) & { readonly usable?: () => boolean };
 
 export interface OffsetCommitter {
   /** Everything up to and including `offset` on the partition is done (applied, a duplicate, skipped or dead-lettered). */
@@ -70,6 +75,7 @@ export function createOffsetCommitter(deps: OffsetCommitterDeps): OffsetCommitte
     retryDelay = Math.min(retryDelay * 2, retry.maxMs);
     retryTimer = setTimeout(() => {
       retryTimer = undefined;
+      if (send.usable?.() === false) return;
       void committer.commit(send);
     }, delay);
     retryTimer.unref();

@@ -168,4 +168,24 @@ describe('a refused commit, when no batch comes after it', () => {
       expect(broker.requests, end).toHaveLength(1);
     }
   });
+
+  it('is not tried again through a sender whose consumer has stopped, and goes with the next usable sender', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const broker = fakeBroker();
+    let running = true;
+    const stoppable = Object.assign((o: readonly NextOffset[]) => broker.commit(o), { usable: () => running });
+    const offsets = createOffsetCommitter({ log: logger, retry: { initialMs: 100, maxMs: 100 } });
+    offsets.resolved('a', 0, '1');
+    void offsets.commit(stoppable);
+    await broker.settle('fail');
+    running = false;
+
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(broker.requests).toHaveLength(1);
+
+    const next = offsets.commit(broker.commit);
+    await broker.settle('ok');
+    await next;
+    expect(broker.requests).toEqual([[{ topic: 'a', partition: 0, offset: '2' }], [{ topic: 'a', partition: 0, offset: '2' }]]);
+  });
 });

@@ -109,9 +109,12 @@ export async function runUntilSignal(logger: Logger, start: () => Promise<Lifecy
   const budget = options.shutdownTimeoutMs ?? SHUTDOWN_TIMEOUT_MS;
   let lifecycle: Lifecycle | undefined;
   let stopping: string | undefined;
+  let force: NodeJS.Timeout | undefined;
 
   const shutDown = async (current: Lifecycle) => {
     const report = await current.close();
+    // Done within the budget: an injected `exit` that returns must not hear "took too long" later.
+    clearTimeout(force);
     if (report.unclosed.length > 0) {
       logger.error({ unclosed: report.unclosed }, 'shut down with resources left unclosed');
       exit(1);
@@ -123,7 +126,7 @@ export async function runUntilSignal(logger: Logger, start: () => Promise<Lifecy
     if (stopping) return;
     stopping = signal;
     logger.info({ signal, starting: lifecycle === undefined }, 'shutting down');
-    const force = setTimeout(() => {
+    force = setTimeout(() => {
       logger.fatal({ signal, timeoutMs: budget }, 'shutdown took too long; exiting');
       exit(1);
     }, budget);

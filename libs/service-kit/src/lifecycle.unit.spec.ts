@@ -92,6 +92,23 @@ describe('running until a signal', () => {
     expect(closed).toBe(true);
   });
 
+  it('exits 0 once, and never later as "took too long", when the shutdown ends within its budget', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      const h = harness();
+      const lifecycle = new Lifecycle(h.logger);
+      await runUntilSignal(h.logger, async () => lifecycle, { signals: h.signals, exit: h.exit, shutdownTimeoutMs: 1_000 });
+
+      h.signals.emit('SIGTERM');
+      await vi.advanceTimersByTimeAsync(5_000);
+
+      expect(h.exits).toEqual([0]);
+      expect(h.lines.filter((l) => l.msg === 'shutdown took too long; exiting')).toEqual([]);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it('exits 1 and names what it left when a resource did not close', async () => {
     vi.useFakeTimers();
     const h = harness();
