@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,10 +23,25 @@ const portFree = (port: number) =>
     server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
 
+/**
+ * The lowest port the kernel hands out on its own, to outgoing connections and to `listen(0)`.
+ * start.sh binds its ports long after they were found free; below this bound nothing else in the
+ * test run (the other worker's connections, in-process servers on port 0) can take them meanwhile.
+ */
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 20_100 ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
 /** Five consecutive free ports (the services, then the saga monitor) well away from 3001-3005 (the stack `npm start` runs by default). */
 async function spareBase(): Promise<number> {
+  const span = ephemeralLow() - 20_000 - 5;
   for (let tries = 0; tries < 50; tries++) {
-    const base = 20_000 + Math.floor(Math.random() * 20_000);
+    const base = 20_000 + Math.floor(Math.random() * span);
     const free = await Promise.all([0, 1, 2, 3, 4].map((i) => portFree(base + i)));
     if (free.every(Boolean)) return base;
   }

@@ -64,7 +64,8 @@ describe('rate limits shared through Redis', () => {
 
   it('gives two instances one allowance per subject between them', async () => {
     const fallbacks: unknown[] = [];
-    const settings = { namespace, perSecond: 0.5, burst: 4, onFallback: (e: unknown) => fallbacks.push(e) };
+    // No deadline is under test here: a slow machine must not turn a Redis answer into a fallback.
+    const settings = { namespace, perSecond: 0.5, burst: 4, timeoutMs: 5_000, onFallback: (e: unknown) => fallbacks.push(e) };
     const first = createRateLimiter({ ...settings, redis: await client() });
     const second = createRateLimiter({ ...settings, redis: await client() });
     const decisions = await Promise.all([first, second, first, second, first, second].map((l) => l.take('alice')));
@@ -93,20 +94,24 @@ describe('rate limits shared through Redis', () => {
     clients.push(redis);
     await redis.connect();
     const fallbacks: unknown[] = [];
-    const limiter = createRateLimiter({ namespace, perSecond: 1_000, burst: 1_000, redis, timeoutMs: 50, breaker: { failureThreshold: 3, openMs: 300 }, onFallback: (e) => fallbacks.push(e) });
+    // The breaker's clock is the test's: it stays open until the test says openMs has passed,
+    // however slowly the skipped calls run. The timeout is long enough for any real answer.
+    let clock = Date.now();
+    const limiter = createRateLimiter({ namespace, perSecond: 1_000, burst: 1_000, redis, timeoutMs: 1_000, breaker: { failureThreshold: 3, openMs: 300 }, nowMs: () => clock, onFallback: (e) => fallbacks.push(e) });
     expect((await limiter.take('erin')).ok).toBe(true);
     expect(fallbacks).toEqual([]);
 
     proxy.freeze();
-    for (let i = 0; i < 3; i++) expect((await limiter.take('erin')).ok).toBe(true); // each waits out its 50 ms
+    for (let i = 0; i < 3; i++) expect((await limiter.take('erin')).ok).toBe(true); // each waits out its timeout
     expect(proxy.state.sentWhileFrozen).toBe(3);
     for (let i = 0; i < 50; i++) expect((await limiter.take('erin')).ok).toBe(true);
     expect(proxy.state.sentWhileFrozen).toBe(3); // nothing more sent: decided locally, no timeout paid
     expect(fallbacks.filter((e) => e === SKIPPED)).toHaveLength(50);
 
     proxy.thaw();
-    // Once openMs has passed, a trial call reaches Redis again (the three stalled calls were
-    // answered late, and ignored), and decisions are shared through Redis again.
+    clock += 301;
+    // openMs has passed: a trial call reaches Redis again (the three stalled calls were answered
+    // late, and ignored), and decisions are shared through Redis again.
     await vi.waitFor(
       async () => {
         fallbacks.length = 0;

@@ -102,6 +102,25 @@ export async function consumerLag(brokers: string, groupId: string, topics: read
   }
 }
 
+/**
+ * Where `topics` end now, partition by partition, as one comparable string: two equal readings
+ * mean nothing was written to any of them in between.
+ */
+export async function topicEnds(brokers: string, topics: readonly string[]): Promise<string> {
+  const admin = client(brokers).admin();
+  await admin.connect();
+  try {
+    const ends: string[] = [];
+    for (const topic of [...topics].sort()) {
+      const offsets = await admin.fetchTopicOffsets(topic);
+      ends.push(`${topic}:${offsets.sort((a, b) => a.partition - b.partition).map((o) => o.high).join(',')}`);
+    }
+    return ends.join(' ');
+  } finally {
+    await admin.disconnect();
+  }
+}
+
 /** Rewinds a (stopped) consumer group to the beginning of `topics`: a full replay on restart. */
 export async function rewindGroup(brokers: string, groupId: string, topics: readonly string[]): Promise<void> {
   const admin = client(brokers).admin();

@@ -3,7 +3,7 @@ import { createTestDatabase, dropDatabase, queryRows } from './db';
 import { eventually } from './eventually';
 import { httpClient, type HttpClient } from './http';
 import { ADMIN, authEnv, type TestIdentity } from './identity';
-import { consumerLag } from './kafka';
+import { consumerLag, topicEnds } from './kafka';
 import type { TestInfra } from './infra';
 import { uniqueName } from './names';
 import { serviceNames, startServiceProcess, type ServiceProcess } from './processes';
@@ -108,20 +108,25 @@ export async function startStack(
       return httpClient(monitor.url, identity === undefined ? ADMIN : identity);
     },
     quiesce: async (timeoutMs = 60_000) => {
+      const topicsOf = (name: ServiceName) => processes[name].consumes.map((key) => `${prefix}.${key}-events`);
+      const everyTopic = [...new Set(serviceNames.flatMap(topicsOf))];
       await eventually(async () => {
         for (const name of serviceNames) {
           const [row] = await queryRows<{ n: string }>(databases[name], 'SELECT count(*) AS n FROM outbox_pending');
           if (Number(row?.n) !== 0) throw new Error(`${name} has ${row?.n} outbox rows left to publish`);
         }
+        // The lags are read one group after another: an event published meanwhile, after its
+        // consumer's lag was read, shows only as a topic end that moved.
+        const before = await topicEnds(infra.kafkaBrokers, everyTopic);
         for (const name of serviceNames) {
-          const topics = processes[name].consumes.map((key) => `${prefix}.${key}-events`);
-          const lag = await consumerLag(infra.kafkaBrokers, groupOf(name), topics);
+          const lag = await consumerLag(infra.kafkaBrokers, groupOf(name), topicsOf(name));
           if (lag !== 0) throw new Error(`${name} has ${lag} messages left to consume`);
         }
         for (const name of serviceNames) {
           const [row] = await queryRows<{ n: string }>(databases[name], 'SELECT count(*) AS n FROM outbox_pending');
           if (Number(row?.n) !== 0) throw new Error(`${name} published more while the others caught up`);
         }
+        if ((await topicEnds(infra.kafkaBrokers, everyTopic)) !== before) throw new Error('events were published while the consumers caught up');
       }, { timeoutMs, intervalMs: 250 });
     },
     async stop() {
