@@ -21,7 +21,7 @@ describe('waiting instead of polling (Prefer: wait)', () => {
   const waiting = (service: ServiceName, route: string) =>
     eventually(async () => expect(metricValue(await stack.metrics(service), 'http_long_polls_waiting', { route })).toBe(1), { timeoutMs: 10_000, intervalMs: 50 });
   const settledPolls = async (service: ServiceName, route: string) => metricValue(await stack.metrics(service), 'http_long_polls_total', { route, outcome: 'settled' });
-  /** Waits ended by the task's signal, not by the 1 s fallback re-check. */
+  /** Waits ended by the task's signal, not by the 5 s fallback re-check (RECHECK_MS). */
   const signalled = async (service: ServiceName, route: string) => metricValue(await stack.metrics(service), 'http_long_poll_wakeups_total', { route, cause: 'signal' });
   const labelsBody = (annotatorId: string) => ({ annotatorId, annotations: [{ label: 'cat', confidence: 0.9 }] });
   /** Labels submitted by `annotatorId` herself, an annotator of the task's project. */
