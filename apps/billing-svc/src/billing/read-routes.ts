@@ -33,7 +33,9 @@ export function billingReadRoutes(app: FastifyInstance, ctx: ServiceContext<Bill
     ]);
     // A manager who never paid her learns nothing about her, not even that she exists.
     if (!everything && after === undefined && items.length === 0) throw new HttpError(404, 'ANNOTATOR_NOT_FOUND', `no payouts of ${annotatorId} you may see`);
-    return { annotatorId, ...(balances === undefined ? {} : { balances }), entries: items.map(toEntryView), nextCursor: next === null ? null : encodeCursor(next) };
+    const currencies = await budgets.currencies(ctx.pool, items.map((e) => e.projectId));
+    const entries = items.map((e) => ({ ...toEntryView(e), currency: currencies.get(e.projectId) ?? null }));
+    return { annotatorId, ...(balances === undefined ? {} : { balances }), entries, nextCursor: next === null ? null : encodeCursor(next) };
   });
 
   app.get('/tasks/:taskId/billing', async (request) => {

@@ -1,7 +1,7 @@
 import type { ProjectId, TaskId } from '@labelflow/contracts';
 import type { Queryable } from '@labelflow/service-kit';
 import type { LedgerEntry } from './ledger';
-import { appendLedger, listLedger, loadProject, loadProjectsForUpdate, pageLedger, saveBalance, saveBalances, type LedgerRecord } from './repository';
+import { appendLedger, listLedger, loadCurrencies, loadProject, loadProjectsForUpdate, pageLedger, saveBalance, saveBalances, type LedgerRecord } from './repository';
 import type { ProjectState } from './state';
 
 export { LedgerListPosition, type LedgerEntry, type LedgerRecord } from './repository';
@@ -32,6 +32,8 @@ export interface BudgetPort {
   entriesOfTask(db: Queryable, taskId: TaskId): Promise<LedgerRecord[]>;
   /** A page of an annotator's entries, in booking order (`pageLedger`). */
   pageOfAnnotator: typeof pageLedger;
+  /** The currency of each of these projects (the currency every amount of its entries is in). */
+  currencies: typeof loadCurrencies;
 }
 
 const budgetOf = (project: ProjectBudget): ProjectBudget => ({ projectId: project.projectId, currency: project.currency, pricePerTask: project.pricePerTask, machinePricePerTask: project.machinePricePerTask, balance: project.balance, version: project.version });
@@ -49,4 +51,5 @@ export const budgets: BudgetPort = {
   book: appendLedger,
   entriesOfTask: (db, taskId) => listLedger(db, { taskId }),
   pageOfAnnotator: pageLedger,
+  currencies: loadCurrencies,
 };

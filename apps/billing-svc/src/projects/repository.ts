@@ -135,6 +135,13 @@ export async function appendLedger(db: Queryable, entries: readonly LedgerEntry[
   );
 }
 
+/** The currency of each project that exists among `projectIds`, unlocked: what a page of ledger entries is in. */
+export async function loadCurrencies(db: Queryable, projectIds: readonly string[]): Promise<Map<string, string>> {
+  if (projectIds.length === 0) return new Map();
+  const { rows } = await db.query<{ project_id: string; currency: string }>('SELECT project_id, currency FROM projects WHERE project_id = ANY($1::uuid[])', [pgArray([...new Set(projectIds)])]);
+  return new Map(rows.map((r) => [r.project_id, r.currency]));
+}
+
 /** Locks the projects' rows in id order and reads them: a consumed batch's budgets, one statement. */
 export async function loadProjectsForUpdate(tx: Queryable, projectIds: readonly ProjectId[]): Promise<ProjectRecord[]> {
   if (projectIds.length === 0) return [];

@@ -166,7 +166,7 @@ describe('billing-svc project routes, answered in-process', () => {
     it('shows the annotator her balance in each currency and every credit, page by page', async () => {
       const first = await svc.http(people().annotator).get<Payouts>('/annotators/ann-1/payouts?limit=1');
       expect(first.status).toBe(200);
-      expect(first.body).toMatchObject({ annotatorId: 'ann-1', balances: { USD: 2 * price }, entries: [{ kind: 'credit', taskId: billed[0], amount: price, actor: 'rev-1' }] });
+      expect(first.body).toMatchObject({ annotatorId: 'ann-1', balances: { USD: 2 * price }, entries: [{ kind: 'credit', taskId: billed[0], amount: price, currency: 'USD', actor: 'rev-1' }] });
       const second = await svc.http(people().annotator).get<Payouts>(`/annotators/ann-1/payouts?limit=1&cursor=${first.body.nextCursor}`);
       expect(second.body.entries.map((e) => e.taskId)).toEqual([billed[1]]);
       expect(second.body.nextCursor).toBeNull();
