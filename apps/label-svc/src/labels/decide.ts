@@ -1,6 +1,6 @@
 import { isMachineActor, machineActorId, type Annotation, type AnnotatorId, type LabelEvent, type PrelabelProposed, type TaskId } from '@labelflow/contracts';
 import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
-import { labelOf, LabelStatus, VoidReason, type Label, type LabelObservedEvent, type LabelTaskState, type PrelabelPolicy } from './state';
+import { endOlderAttempts, labelOf, LabelStatus, VoidReason, type Label, type LabelObservedEvent, type LabelTaskState, type PrelabelPolicy } from './state';
 
 export type LabelCommand =
   | {
@@ -97,7 +97,11 @@ function observe(event: LabelObservedEvent, state: LabelTaskState): LabelDecisio
       if (assignment && event.attempt < assignment.attempt) return reject('STALE_ATTEMPT', `assignment for attempt ${event.attempt} is older than ${assignment.attempt}`);
       return accept();
     case 'TaskReopened':
-      if (assignment && event.attempt <= assignment.attempt) return reject('STALE_ATTEMPT', `reopen for attempt ${event.attempt}, label-svc is already on attempt ${assignment.attempt}`);
+      if (assignment && event.attempt <= assignment.attempt) {
+        // Late, yet some attempt it ends still holds live labels: only a replayed dead letter gets here.
+        if (endOlderAttempts(state, event) !== state) return accept();
+        return reject('STALE_ATTEMPT', `reopen for attempt ${event.attempt}, label-svc is already on attempt ${assignment.attempt}`);
+      }
       return accept();
     case 'TaskCancelled':
       return accept();

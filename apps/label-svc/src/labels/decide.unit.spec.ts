@@ -177,6 +177,18 @@ describe('label-svc: a task reopened for rework', () => {
     expect(evolve(state, taskReopened(2))).toBe(state);
   });
 
+  it('ends the labels of the attempt a reopen ended when that reopen, dead-lettered, is replayed after the next attempt was claimed, and leaves the claim alone', () => {
+    // The lease race: labels of attempt 1 accepted, task-svc reopened it, label-svc dead-lettered the reopen and read the next claim.
+    const state = given(taskAssigned(alice), labelSubmitted(alice), qaPassed(1), taskAssigned(bob, 2));
+
+    const { decision, state: next } = whenObserved(state, taskReopened(2, alice, 'LEASE_EXPIRED'));
+
+    expect(decision).toEqual({ ok: true, events: [] });
+    expect(statuses(next)).toEqual([[1, 'voided', 'SUPERSEDED']]);
+    expect(next.assignment).toEqual(state.assignment);
+    expect(rejectionCode(decide(observe(taskReopened(2, alice, 'LEASE_EXPIRED')), next))).toBe('STALE_ATTEMPT');
+  });
+
   it('rejects a late TaskAssigned for the rejected attempt with STALE_ATTEMPT while the new attempt is unclaimed', () => {
     const state = given(taskAssigned(alice), labelSubmitted(alice), qaRejected(1), taskReopened(2));
 

@@ -120,6 +120,14 @@ function endedByReopen(label: Label, event: Pick<TaskReopened, 'payload'>): Labe
   return toVoided(label, VoidReason.superseded);
 }
 
+/**
+ * The labels of the attempts a reopen ends, ended. Also for a reopen older than the assignment
+ * label-svc holds: one dead-lettered and replayed after the next attempt's TaskAssigned must still
+ * end the attempts before it, and only those.
+ */
+export const endOlderAttempts = (state: LabelTaskState, event: Pick<TaskReopened, 'attempt' | 'payload'>): LabelTaskState =>
+  updateLabels(state, (l) => (l.attempt < event.attempt ? endedByReopen(l, event) : l));
+
 export function evolve(state: LabelTaskState, event: LabelStateEvent): LabelTaskState {
   // A cancelled task is a tombstone: nothing that arrives later can revive or change it.
   if (state.cancelled) return state;
@@ -134,9 +142,9 @@ export function evolve(state: LabelTaskState, event: LabelStateEvent): LabelTask
     case 'TaskReopened': {
       // The previous assignee's claim ends with their attempt; the new attempt waits for its claim.
       const current = state.assignment;
-      if (current && event.attempt <= current.attempt) return state;
+      if (current && event.attempt <= current.attempt) return endOlderAttempts(state, event);
       const reopened = { ...state, assignment: { projectId: event.projectId, attempt: event.attempt, annotatorId: null, leaseExpiresAt: null, version: current?.version ?? 0 } };
-      return updateLabels(reopened, (l) => (l.attempt < event.attempt ? endedByReopen(l, event) : l));
+      return endOlderAttempts(reopened, event);
     }
     case 'TaskCancelled': {
       const current = state.assignment;
