@@ -182,11 +182,19 @@ function checkLedgerAttributed(s: Snapshot, settled: (t: Snapshot['tasks'][numbe
   }
 }
 
-/** An attempt that a reopen replaced keeps no approval anywhere: nobody pays for it. */
+/**
+ * An attempt that a reopen replaced keeps no approval anywhere (nobody pays for it), and nothing
+ * of it waits for a verdict: the reopen ended its pending review and its submitted labels.
+ */
 function checkSupersededUndone(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag): void {
   const ids = { taskId: t.taskId, projectId: t.projectId };
-  for (const r of s.reviews.filter((r) => r.taskId === t.taskId && r.attempt < t.attempt && r.status === 'passed')) flag('COMPENSATED', `superseded attempt ${r.attempt} keeps an approved review in qa-svc (task on attempt ${t.attempt})`, ids);
-  for (const l of s.labels.filter((l) => l.taskId === t.taskId && l.attempt < t.attempt && l.status === 'accepted')) flag('COMPENSATED', `superseded attempt ${l.attempt} keeps accepted labels in label-svc (task on attempt ${t.attempt})`, ids);
+  const live = { passed: 'an approved review', pending: 'a pending review' } as const;
+  for (const r of s.reviews.filter((r) => r.taskId === t.taskId && r.attempt < t.attempt && (r.status === 'passed' || r.status === 'pending'))) {
+    flag('COMPENSATED', `superseded attempt ${r.attempt} keeps ${live[r.status as keyof typeof live]} in qa-svc (task on attempt ${t.attempt})`, ids);
+  }
+  for (const l of s.labels.filter((l) => l.taskId === t.taskId && l.attempt < t.attempt && (l.status === 'accepted' || l.status === 'submitted'))) {
+    flag('COMPENSATED', `superseded attempt ${l.attempt} keeps ${l.status} labels in label-svc (task on attempt ${t.attempt})`, ids);
+  }
 }
 
 /**

@@ -127,6 +127,21 @@ describe('the saga invariants', () => {
     const undone = { ...reworked, labels: [{ taskId: 't1', attempt: 1, status: 'voided' }, reworked.labels[1]!], reviews: [{ taskId: 't1', attempt: 1, status: 'revoked', deadlineAt: null }, reworked.reviews[1]!] };
     expect(checkInvariants(undone, options)).toEqual([]);
   });
+
+  it('catch a superseded attempt whose labels still wait for a verdict, or whose review is still pending', () => {
+    const s = healthy();
+    const reworked: Snapshot = {
+      ...s,
+      tasks: [{ ...s.tasks[0]!, attempt: 2 }],
+      labels: [{ taskId: 't1', attempt: 1, status: 'submitted' }, { taskId: 't1', attempt: 2, status: 'accepted' }],
+      reviews: [{ taskId: 't1', attempt: 1, status: 'pending', deadlineAt: null }, { taskId: 't1', attempt: 2, status: 'passed', deadlineAt: null }],
+      ledger: s.ledger.map((e) => (e.taskId ? { ...e, attempt: 2 } : e)),
+    };
+    expect(checkInvariants(reworked, options).map((v) => v.detail)).toEqual([
+      'superseded attempt 1 keeps a pending review in qa-svc (task on attempt 2)',
+      'superseded attempt 1 keeps submitted labels in label-svc (task on attempt 2)',
+    ]);
+  });
 });
 
 describe('the saga invariants for labels a model submitted', () => {
