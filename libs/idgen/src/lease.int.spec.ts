@@ -118,9 +118,11 @@ describe('worker-id leases and Snowflake ids on PostgreSQL', () => {
 
   it('renews in the background and notices a takeover without being asked', async () => {
     let lost = false;
-    const lease = leaseIn('background', { ttlMs: 400, renewEveryMs: 50, onLost: () => (lost = true) });
+    // Thirty renewals fit in the ttl: a stall of the event loop or of PostgreSQL on a busy machine
+    // must last seconds, not a few hundred milliseconds, before the lease is rightly seen as lost.
+    const lease = leaseIn('background', { ttlMs: 3_000, renewEveryMs: 100, onLost: () => (lost = true) });
     const id = await lease.acquire();
-    await new Promise((r) => setTimeout(r, 600)); // longer than the ttl: only renewal keeps it valid
+    await new Promise((r) => setTimeout(r, 3_500)); // longer than the ttl: only renewal keeps it valid
     expect(lease.valid).toBe(true);
     await pool.query("UPDATE idgen_worker_leases SET owner = 'someone-else' WHERE namespace = 'background' AND worker_id = $1", [id]);
     const deadline = Date.now() + 5_000;

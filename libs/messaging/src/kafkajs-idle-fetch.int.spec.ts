@@ -27,6 +27,8 @@ describe('the idle long poll of a batching consumer', () => {
   /** A consumer loop that batches as the services do (64 KiB or 50 ms), with or without the long poll. */
   const start = async (topic: string, idleWaitMs: number | undefined) => {
     const applied: number[] = [];
+    /** When each run was handed to the processor: the fetch that brought it has returned by then. */
+    const appliedAt: number[] = [];
     const fetches: Fetch[] = [];
     const loop = createConsumerLoop<Msg>({
       kafka,
@@ -41,6 +43,7 @@ describe('the idle long poll of a batching consumer', () => {
         handles: () => true,
         async process(run) {
           applied.push(...run.map(({ event }) => event.n));
+          appliedAt.push(Date.now());
           return run.map(() => ({ status: 'applied' as const }));
         },
       },
@@ -50,7 +53,7 @@ describe('the idle long poll of a batching consumer', () => {
     });
     loops.push(loop);
     await loop.start();
-    return { applied, fetches };
+    return { applied, appliedAt, fetches };
   };
   const send = (topic: string, ns: number[]) => produceRaw(infra.kafkaBrokers, topic, ns.map((n) => ({ key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n }) })));
   const topic = async () => {
@@ -82,11 +85,12 @@ describe('the idle long poll of a batching consumer', () => {
     const polling = await start(t, IDLE_WAIT_MS);
     // Quiet: a long-poll fetch has been answered, and the next one is waiting when the burst comes.
     await eventually(() => expect(polling.fetches.some((f) => f.duration >= IDLE_WAIT_MS - 50)).toBe(true), { timeoutMs: 10 * IDLE_WAIT_MS });
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    const sent = Date.now();
     await send(t, Array.from({ length: 20 }, (_, i) => i));
     await eventually(() => expect(polling.applied).toHaveLength(20));
-    const since = () => polling.fetches.filter((f) => f.sentAt >= sent);
+    // The fetches after the burst: sent once the fetch that brought its first messages came back,
+    // however long the producer took to connect meanwhile.
+    const burstArrived = polling.appliedAt[0]!;
+    const since = () => polling.fetches.filter((f) => f.sentAt >= burstArrived);
     const isLong = (f: Fetch) => f.duration >= IDLE_WAIT_MS - 50;
     // Quiet again: the long poll is back once a fetch comes back empty.
     await eventually(() => expect(since().some(isLong)).toBe(true), { timeoutMs: 10 * IDLE_WAIT_MS });
