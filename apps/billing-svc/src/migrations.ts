@@ -110,7 +110,12 @@ ALTER TABLE projects ADD COLUMN machine_price_per_task bigint NOT NULL DEFAULT 0
     // One payout per annotator and currency: a balance that summed projects of different currencies
     // meant nothing. The balances are recomputed from the ledger (credits - reversals), each entry in
     // its project's currency. Rows of 0 without entries are dropped: a billing creates them again.
+    // The locks come first, payouts before ledger (the order an older instance writes them in): a
+    // credit such an instance has booked but not committed yet is in the ledger the copy reads,
+    // never lost between the copy and the DROP. An older billing-svc cannot write the new table
+    // (ON CONFLICT (annotator_id) names no constraint of it): stop every one before this runs.
     sql: `
+LOCK TABLE payouts, ledger IN EXCLUSIVE MODE;
 CREATE TABLE payouts_by_currency (
   annotator_id text        NOT NULL,
   currency     char(3)     NOT NULL,

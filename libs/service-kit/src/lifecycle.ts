@@ -143,6 +143,8 @@ export async function runUntilSignal(logger: Logger, start: () => Promise<Lifecy
   } catch (error) {
     signals.removeListener('SIGINT', onSigint);
     signals.removeListener('SIGTERM', onSigterm);
+    // A signal during the start armed the force timer; this exit is the one that counts.
+    clearTimeout(force);
     // A bad configuration is the operator's to fix: say what is wrong, without a stack trace.
     const { code, details } = error as { code?: string; details?: unknown };
     if (code === 'CONFIG_INVALID') logger.fatal({ code, details }, (error as Error).message);

@@ -167,4 +167,21 @@ describe('running until a signal', () => {
     expect(h.signals.listenerCount('SIGTERM')).toBe(0);
     expect(h.lines.find((l) => l.level === 60)?.msg).toBe('config is invalid: PORT must be a number');
   });
+
+  it('exits 1 once when the start fails after a signal came during it, without a later "took too long"', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const h = harness();
+    await runUntilSignal(
+      h.logger,
+      async () => {
+        h.signals.emit('SIGTERM');
+        throw new Error('could not reach PostgreSQL');
+      },
+      { signals: h.signals, exit: h.exit, shutdownTimeoutMs: 1_000 },
+    );
+    await vi.advanceTimersByTimeAsync(5_000);
+
+    expect(h.exits).toEqual([1]);
+    expect(h.lines.filter((l) => l.msg === 'shutdown took too long; exiting')).toEqual([]);
+  });
 });

@@ -108,6 +108,9 @@ describe('the saga invariants', () => {
     expect(checkInvariants(twoCurrencies, options)).toEqual([]);
     const mixed = { ...twoCurrencies, payouts: [{ annotatorId: 'ann', currency: 'USD', balance: 100 }] };
     expect(checkInvariants(mixed, options).map((v) => v.detail)).toEqual(['payout of ann in USD is 100, credits - reversals = 0', 'payout of ann in EUR is 0, credits - reversals = 100']);
+    // A billing database from before payouts had a currency: one payout per annotator, all currencies in it.
+    const unsplit = { ...twoCurrencies, payouts: [{ annotatorId: 'ann', balance: 100 }] };
+    expect(checkInvariants(unsplit, options)).toEqual([]);
   });
 
   it('catch credits to an annotator who has no payout row at all', () => {

@@ -177,7 +177,8 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
       const ledger = await of('billing')<{ project_id: string; task_id: string | null; attempt: number | null; kind: string; annotator_id: string | null; amount: string }>(
         'SELECT project_id, task_id, attempt, kind, annotator_id, amount FROM ledger',
       );
-      const payouts = await of('billing')<{ annotator_id: string; currency: string; balance: string }>('SELECT annotator_id, currency, balance FROM payouts');
+      // to_jsonb: a billing database from before payouts had a currency (billing-svc migration 9) reads as one currency.
+      const payouts = await of('billing')<{ annotator_id: string; currency: string | null; balance: string }>("SELECT annotator_id, to_jsonb(p) ->> 'currency' AS currency, balance FROM payouts p");
       return { projects, billings, ledger, payouts, unpublished: await outbox('billing') };
     })(),
   ]);
@@ -189,7 +190,7 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
     projects: billing.projects.map((p) => ({ projectId: p.project_id, currency: p.currency, pricePerTask: Number(p.price_per_task), machinePricePerTask: Number(p.machine_price_per_task), balance: Number(p.balance) })),
     billings: billing.billings.map((b) => ({ taskId: b.task_id, attempt: b.attempt, annotatorId: b.annotator_id, status: b.status })),
     ledger: billing.ledger.map((e) => ({ projectId: e.project_id, taskId: e.task_id, attempt: e.attempt, kind: e.kind, annotatorId: e.annotator_id, amount: Number(e.amount) })),
-    payouts: billing.payouts.map((p) => ({ annotatorId: p.annotator_id, currency: p.currency, balance: Number(p.balance) })),
+    payouts: billing.payouts.map((p) => ({ annotatorId: p.annotator_id, ...(p.currency === null ? {} : { currency: p.currency }), balance: Number(p.balance) })),
     unpublished: [...task.unpublished, ...label.unpublished, ...qa.unpublished, ...billing.unpublished],
   };
 }
