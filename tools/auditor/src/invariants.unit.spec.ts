@@ -117,30 +117,26 @@ describe('the saga invariants', () => {
     expect(checkInvariants({ ...healthy(), payouts: [] }, options)).toEqual([expect.objectContaining({ invariant: 'PAYOUT_BALANCE', detail: 'payout of ann is 0, credits - reversals = 100' })]);
   });
 
-  it('catch a superseded attempt that keeps its approval after the rework was completed and billed', () => {
+  /** t1 reworked: attempt 2 completed and billed, attempt 1's labels and review as given. */
+  const reworkedWith = (attempt1: { labels: string; review: string }): Snapshot => {
     const s = healthy();
-    const reworked: Snapshot = {
+    return {
       ...s,
       tasks: [{ ...s.tasks[0]!, attempt: 2 }],
-      labels: [{ taskId: 't1', attempt: 1, status: 'accepted' }, { taskId: 't1', attempt: 2, status: 'accepted' }],
-      reviews: [{ taskId: 't1', attempt: 1, status: 'passed', deadlineAt: null }, { taskId: 't1', attempt: 2, status: 'passed', deadlineAt: null }],
+      labels: [{ taskId: 't1', attempt: 1, status: attempt1.labels }, { taskId: 't1', attempt: 2, status: 'accepted' }],
+      reviews: [{ taskId: 't1', attempt: 1, status: attempt1.review, deadlineAt: null }, { taskId: 't1', attempt: 2, status: 'passed', deadlineAt: null }],
       ledger: s.ledger.map((e) => (e.taskId ? { ...e, attempt: 2 } : e)),
     };
+  };
+
+  it('catch a superseded attempt that keeps its approval after the rework was completed and billed', () => {
+    const reworked = reworkedWith({ labels: 'accepted', review: 'passed' });
     expect(invariantsOf(reworked)).toEqual(['COMPENSATED', 'COMPENSATED']);
-    const undone = { ...reworked, labels: [{ taskId: 't1', attempt: 1, status: 'voided' }, reworked.labels[1]!], reviews: [{ taskId: 't1', attempt: 1, status: 'revoked', deadlineAt: null }, reworked.reviews[1]!] };
-    expect(checkInvariants(undone, options)).toEqual([]);
+    expect(checkInvariants(reworkedWith({ labels: 'voided', review: 'revoked' }), options)).toEqual([]);
   });
 
   it('catch a superseded attempt whose labels still wait for a verdict, or whose review is still pending', () => {
-    const s = healthy();
-    const reworked: Snapshot = {
-      ...s,
-      tasks: [{ ...s.tasks[0]!, attempt: 2 }],
-      labels: [{ taskId: 't1', attempt: 1, status: 'submitted' }, { taskId: 't1', attempt: 2, status: 'accepted' }],
-      reviews: [{ taskId: 't1', attempt: 1, status: 'pending', deadlineAt: null }, { taskId: 't1', attempt: 2, status: 'passed', deadlineAt: null }],
-      ledger: s.ledger.map((e) => (e.taskId ? { ...e, attempt: 2 } : e)),
-    };
-    expect(checkInvariants(reworked, options).map((v) => v.detail)).toEqual([
+    expect(checkInvariants(reworkedWith({ labels: 'submitted', review: 'pending' }), options).map((v) => v.detail)).toEqual([
       'superseded attempt 1 keeps a pending review in qa-svc (task on attempt 2)',
       'superseded attempt 1 keeps submitted labels in label-svc (task on attempt 2)',
     ]);
