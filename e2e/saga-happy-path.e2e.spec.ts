@@ -56,6 +56,26 @@ describe('the annotation saga on the happy path', () => {
     await expectAuditClean(stack, inject('infra').kafkaBrokers);
   });
 
+  it('pays an annotator who works for a EUR and a USD project one payout in each currency, never their sum', async () => {
+    const annotator = 'annotator-two-currencies';
+    const [eur, usd] = [await createProject(stack, 10_000, 300, 'EUR'), await createProject(stack, 10_000, 200, 'USD')];
+    const tasks = [await createTask(stack, eur), await createTask(stack, usd), await createTask(stack, usd)];
+    for (const taskId of tasks) {
+      await claim(stack, taskId, annotator);
+      await submitLabels(stack, taskId, annotator);
+      await review(stack, taskId, 'approve');
+      await waitForStatus(stack, taskId, 'completed');
+    }
+
+    type Payouts = { balances: Record<string, number>; entries: { projectId: string; amount: number; currency: string }[] };
+    const own = await stack.http('billing-svc', as.annotator(annotator, eur)).get<Payouts>(`/annotators/${annotator}/payouts`);
+    expect(own.status).toBe(200);
+    expect(own.body.balances).toEqual({ EUR: 300, USD: 400 });
+    expect(own.body.entries.map((e) => [e.currency, e.amount]).sort()).toEqual([['EUR', 300], ['USD', 200], ['USD', 200]]);
+    await stack.quiesce();
+    await expectAuditClean(stack, inject('infra').kafkaBrokers);
+  });
+
   it('answers bad requests with clear errors and refuses the wrong annotator', async () => {
     const task = stack.http('task-svc');
     const malformed = await task.post<{ error: { code: string } }>('/tasks', '{"projectId": ');

@@ -12,8 +12,8 @@ export const REVIEWER = 'reviewer-1';
  * projects and the tasks, annotators (a role in the task's project) claim and label, a reviewer of
  * the project decides. Each acts with a bearer token of its own.
  */
-export async function createProject(stack: TestStack, budget: number, pricePerTask: number): Promise<string> {
-  const res = await stack.http('billing-svc').post<{ projectId: string }>('/projects', { name: 'e2e project', budget, pricePerTask }, key());
+export async function createProject(stack: TestStack, budget: number, pricePerTask: number, currency?: string): Promise<string> {
+  const res = await stack.http('billing-svc').post<{ projectId: string }>('/projects', { name: 'e2e project', budget, pricePerTask, ...(currency ? { currency } : {}) }, key());
   expect(res.status, JSON.stringify(res.body)).toBe(201);
   return res.body.projectId;
 }
