@@ -84,4 +84,13 @@ CREATE TABLE prelabel_policies (
     // Rows of attempts billed before this column existed stay false: nothing recorded which were.
     sql: 'ALTER TABLE labels ADD COLUMN billed boolean NOT NULL DEFAULT false;',
   },
+  {
+    version: 8,
+    name: 'pre-labels keyed by project too',
+    // A proposal naming another project than the task's, kept before label-svc knew the task, must
+    // not take the row of the one addressed right (the dedup key names the project as well).
+    sql: `
+ALTER TABLE prelabels DROP CONSTRAINT prelabels_pkey;
+ALTER TABLE prelabels ADD PRIMARY KEY (task_id, attempt, project_id, model_name, model_version);`,
+  },
 ];

@@ -63,11 +63,12 @@ const MACHINE_ACTOR = /^model\.[A-Za-z0-9][A-Za-z0-9._-]{0,63}@[A-Za-z0-9][A-Za-
 export const isMachineActor = (actorId: string): boolean => MACHINE_ACTOR.test(actorId);
 
 /**
- * The dedup key type of a proposal: one effect per (task, attempt, model name + version). A model
- * re-publishing its proposal (under the same or a new id) is a duplicate; another model, or a new
- * version of it, is a proposal of its own.
+ * The dedup key type of a proposal: one effect per (task, attempt, project, model name + version).
+ * A model re-publishing its proposal (under the same or a new id) is a duplicate; another model, or
+ * a new version of it, is a proposal of its own. So is one naming another project: a misaddressed
+ * proposal, refused or kept apart, must not use up the slot of the one addressed right.
  */
-export const prelabelDedupType = (event: Pick<PrelabelProposed, 'model'>): string => `${PRELABEL_PROPOSED}:${event.model.name}@${event.model.version}`;
+export const prelabelDedupType = (event: Pick<PrelabelProposed, 'model' | 'projectId'>): string => `${PRELABEL_PROPOSED}:${event.projectId}:${event.model.name}@${event.model.version}`;
 
 /** What a model worker supplies; `occurredAt` defaults to now. */
 export interface PrelabelProposalInput {

@@ -29,9 +29,10 @@ describe('contracts: PrelabelProposed', () => {
     expect(parsed.success).toBe(false);
   });
 
-  it('derives one dedup type per model name and version, so a model re-publishing is a duplicate and another version is not', () => {
+  it('derives one dedup type per project, model name and version, so a model re-publishing is a duplicate and another version or project is not', () => {
     const a = buildPrelabelProposed(input);
-    expect(dedupTypeOf(a)).toBe('PrelabelProposed:cat-detector@2.1');
+    expect(dedupTypeOf(a)).toBe(`PrelabelProposed:${input.projectId}:cat-detector@2.1`);
+    expect(dedupTypeOf(buildPrelabelProposed({ ...input, projectId: '33333333-3333-4333-8333-333333333333' }))).not.toBe(dedupTypeOf(a));
     expect(dedupTypeOf(buildPrelabelProposed({ ...input, id: 'other-id' }))).toBe(dedupTypeOf(a));
     expect(dedupTypeOf(buildPrelabelProposed({ ...input, model: { name: 'cat-detector', version: '2.2' } }))).not.toBe(dedupTypeOf(a));
   });

@@ -84,8 +84,11 @@ export async function loadLabelTasksForUpdate(tx: Queryable, taskIds: readonly T
   if (proposals.length > 0) {
     const policies = await loadPolicies(tx, proposals.map((e) => e.projectId));
     for (const e of proposals) {
-      const policy = policies.get(e.projectId);
-      if (policy) states.set(e.taskId, { ...states.get(e.taskId)!, prelabelPolicy: policy });
+      // The task's own project decides; a proposal naming another one is refused, and must not
+      // bring its project's policy to the task's other proposals of the batch.
+      const state = states.get(e.taskId)!;
+      const policy = policies.get(state.assignment?.projectId ?? e.projectId);
+      if (policy) states.set(e.taskId, { ...state, prelabelPolicy: policy });
     }
   }
   return states;

@@ -18,8 +18,8 @@ describe('label-svc pre-label repository', () => {
   beforeAll(async () => void (pool = await db.open()));
   afterAll(() => db.close());
 
-  const proposal = (taskId: TaskId, attempt: number, version: string) =>
-    buildPrelabelProposed({ id: `p-${version}`, taskId, projectId, attempt, model: { name: 'cat-detector', version }, annotations: [{ label: 'cat', confidence: 0.8 }], occurredAt: '2030-01-01T00:00:00.000Z' });
+  const proposal = (taskId: TaskId, attempt: number, version: string, of: ProjectId = projectId) =>
+    buildPrelabelProposed({ id: `p-${version}-${of}`, taskId, projectId: of, attempt, model: { name: 'cat-detector', version }, annotations: [{ label: 'cat', confidence: 0.8 }], occurredAt: '2030-01-01T00:00:00.000Z' });
 
   it('keeps one policy per project, the last one set, and answers null for a project without one', async () => {
     expect(await loadPolicy(pool, projectId)).toBeNull();
@@ -40,12 +40,36 @@ describe('label-svc pre-label repository', () => {
       await saveLabelTasks(tx, [{ before, after }]);
     });
 
-    expect((await listPrelabels(pool, taskId, 1)).map((p) => [p.model.version, p.proposalId, p.annotations, p.autoSubmitted])).toEqual([
-      ['1', 'p-1', [{ label: 'cat', confidence: 0.8 }], false],
-      ['2', 'p-2', [{ label: 'cat', confidence: 0.8 }], false],
+    expect((await listPrelabels(pool, taskId, 1, projectId)).map((p) => [p.model.version, p.proposalId, p.annotations, p.autoSubmitted])).toEqual([
+      ['1', `p-1-${projectId}`, [{ label: 'cat', confidence: 0.8 }], false],
+      ['2', `p-2-${projectId}`, [{ label: 'cat', confidence: 0.8 }], false],
     ]);
-    expect(await listPrelabels(pool, taskId, 2)).toEqual([]);
+    expect(await listPrelabels(pool, taskId, 2, projectId)).toEqual([]);
     const { rows } = await pool.query('SELECT 1 FROM assignments WHERE task_id = $1', [taskId]);
     expect(rows).toEqual([]);
+  });
+
+  it("keeps a proposal naming another project apart from the task's own, never lists it, and never lends the task its project's policy", async () => {
+    const taskId = freshSnowflake() as TaskId;
+    const other = randomUUID() as ProjectId;
+    await savePolicy(pool, { projectId: other, autoSubmit: true, minConfidence: 0, model: null }, 'stranger-1');
+    await savePolicy(pool, { projectId, autoSubmit: false, minConfidence: 0.9, model: null }, 'manager-1');
+    // Before label-svc knows the task: the misaddressed proposal comes first, then the task's own from the same model version.
+    const events = [proposal(taskId, 1, '7', other), proposal(taskId, 1, '7')];
+    await withTransaction(pool, async (tx) => {
+      const states = await loadLabelTasksForUpdate(tx, [taskId], events);
+      const before = states.get(taskId)!;
+      const after = events.reduce(evolve, before);
+      await saveLabelTasks(tx, [{ before, after }]);
+    });
+    expect((await pool.query('SELECT project_id FROM prelabels WHERE task_id = $1 ORDER BY project_id', [taskId])).rows.map((r) => r.project_id).sort()).toEqual([projectId, other].sort());
+    expect((await listPrelabels(pool, taskId, 1, projectId)).map((p) => p.proposalId)).toEqual([`p-7-${projectId}`]);
+
+    // Once the task's project is known, a batch carrying both takes that project's policy.
+    await pool.query('INSERT INTO assignments (task_id, project_id, attempt, annotator_id, version) VALUES ($1, $2, 1, $3, 1)', [taskId, projectId, 'ann-1']);
+    await withTransaction(pool, async (tx) => {
+      const states = await loadLabelTasksForUpdate(tx, [taskId], [proposal(taskId, 1, '8'), proposal(taskId, 1, '8', other)]);
+      expect(states.get(taskId)!.prelabelPolicy?.projectId).toBe(projectId);
+    });
   });
 });

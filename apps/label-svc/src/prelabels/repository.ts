@@ -83,15 +83,18 @@ export async function insertPrelabels(tx: Queryable, rows: readonly { readonly t
      SELECT task_id, attempt, model_name, model_version, proposal_id, project_id, annotations::jsonb, proposed_at, auto_submitted
      FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::timestamptz[], $9::boolean[])
        AS u(task_id, attempt, model_name, model_version, proposal_id, project_id, annotations, proposed_at, auto_submitted)
-     ON CONFLICT (task_id, attempt, model_name, model_version) DO NOTHING`,
+     ON CONFLICT (task_id, attempt, project_id, model_name, model_version) DO NOTHING`,
     unnestColumns(
       rows.map(({ taskId, prelabel: p }) => [taskId, p.attempt, p.model.name, p.model.version, p.proposalId, p.projectId, JSON.stringify(p.annotations), p.proposedAt, p.autoSubmitted]),
     ),
   );
 }
 
-/** The task's proposals for one attempt, oldest first. */
-export async function listPrelabels(db: Queryable, taskId: TaskId, attempt: number): Promise<PrelabelRecord[]> {
-  const { rows } = await db.query<PrelabelRow>('SELECT * FROM prelabels WHERE task_id = $1 AND attempt = $2 ORDER BY received_at, model_name, model_version', [taskId, attempt]);
+/**
+ * The task's proposals for one attempt, oldest first: those naming the task's project only. A
+ * proposal kept before label-svc knew the task's project may name another; it is never shown.
+ */
+export async function listPrelabels(db: Queryable, taskId: TaskId, attempt: number, projectId: ProjectId): Promise<PrelabelRecord[]> {
+  const { rows } = await db.query<PrelabelRow>('SELECT * FROM prelabels WHERE task_id = $1 AND attempt = $2 AND project_id = $3 ORDER BY received_at, model_name, model_version', [taskId, attempt, projectId]);
   return rows.map(toPrelabel);
 }

@@ -54,7 +54,7 @@ export function prelabelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSv
     if (!can(request.principal, Permission.peopleRead, assignment.projectId) && assignment.annotatorId !== request.principal.subject) {
       throw new HttpError(403, 'NOT_ASSIGNEE', `the proposals of task ${taskId} are shown to its assignee and to the project's managers`);
     }
-    const rows = await listPrelabels(ctx.pool, taskId, assignment.attempt);
+    const rows = await listPrelabels(ctx.pool, taskId, assignment.attempt, assignment.projectId);
     return {
       taskId,
       attempt: assignment.attempt,
