@@ -7,13 +7,19 @@ export interface WebhookDeps {
   readonly timeoutMs: number;
   readonly logger: Logger;
   readonly metrics?: Metrics;
-  /** Backoff before the n-th retry (n from 1); 200 ms doubling to 5 s by default. */
+  /** Backoff before the n-th retry (n from 1); 200 ms doubling to 5 s by default, each with ±50 % jitter. */
   readonly backoffMs?: (retry: number) => number;
+  /** Posts under way at once; the rest wait their turn. Default 8. */
+  readonly concurrency?: number;
   readonly fetch?: typeof fetch;
 }
 
 export interface Webhook {
-  /** Posts `body` as JSON in the background, retrying a failure; never throws. */
+  /**
+   * Posts `body` as JSON in the background, retrying a failure; never throws. Bodies of one alert
+   * (same `taskId`, `step` and `attempt`) go out one at a time in the order sent: a `resolved`
+   * never overtakes the `firing` it resolves, even while that one is being retried.
+   */
   send(body: Readonly<Record<string, unknown>>): void;
   /** Stops retrying and waits for the posts under way (each bounded by its timeout). */
   close(): Promise<void>;
@@ -30,7 +36,11 @@ const retriable = (status: number) => status === 408 || status === 429 || status
  */
 export function createWebhook(deps: WebhookDeps): Webhook {
   const post = deps.fetch ?? fetch;
-  const backoff = deps.backoffMs ?? ((retry: number) => Math.min(200 * 2 ** (retry - 1), 5_000));
+  // Jittered, so that a receiver that failed many posts at once is not hit again all at once.
+  const backoff = deps.backoffMs ?? ((retry: number) => Math.min(200 * 2 ** (retry - 1), 5_000) * (0.5 + Math.random()));
+  const slots = createSlots(deps.concurrency ?? 8);
+  /** The last delivery of each alert: the next body of the same alert waits for it. */
+  const chains = new Map<string, Promise<void>>();
   const deliveries = deps.metrics?.counter('saga_webhook_deliveries_total', 'Alert notices posted to MONITOR_WEBHOOK_URL, by outcome', ['outcome']);
   const pending = new Set<Promise<void>>();
   const waits = new Set<() => void>();
@@ -53,6 +63,7 @@ export function createWebhook(deps: WebhookDeps): Webhook {
       if (attempt > 1) {
         if (closed) break;
         await pause(backoff(attempt - 1));
+        if (closed) break;
       }
       try {
         const response = await post(deps.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(deps.timeoutMs) });
@@ -73,13 +84,40 @@ export function createWebhook(deps: WebhookDeps): Webhook {
 
   return {
     send(body) {
-      const delivery = deliver(body).finally(() => pending.delete(delivery));
+      const alert = JSON.stringify([body.taskId, body.step, body.attempt]);
+      const delivery = (chains.get(alert) ?? Promise.resolve())
+        .then(() => slots.run(() => deliver(body)))
+        .finally(() => {
+          pending.delete(delivery);
+          if (chains.get(alert) === delivery) chains.delete(alert);
+        });
+      chains.set(alert, delivery);
       pending.add(delivery);
     },
     async close() {
       closed = true;
       for (const wake of [...waits]) wake();
       await Promise.all([...pending]);
+    },
+  };
+}
+
+/** At most `limit` tasks run at once; the others start, in order, as those end. */
+function createSlots(limit: number): { run<T>(task: () => Promise<T>): Promise<T> } {
+  let running = 0;
+  const queue: (() => void)[] = [];
+  return {
+    async run(task) {
+      if (running >= limit) await new Promise<void>((resolve) => queue.push(resolve));
+      else running++;
+      try {
+        return await task();
+      } finally {
+        // The slot passes straight to the next in line, or is given back.
+        const next = queue.shift();
+        if (next) next();
+        else running--;
+      }
     },
   };
 }
