@@ -23,5 +23,12 @@ export const TaskSvcConfig = BaseConfig.extend({
   IMPORT_BATCH_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(5),
   /** SET LOCAL lock_timeout of a batch's transaction: a batch stuck behind a lock retries instead of waiting forever. */
   IMPORT_LOCK_TIMEOUT_MS: z.coerce.number().int().min(1).max(600_000).default(10_000),
+  /**
+   * An upload whose client sends nothing for this long is ended as interrupted (its job freed for a
+   * resume), as if the connection had dropped: a client gone silent must not hold the job.
+   */
+  IMPORT_IDLE_MS: z.coerce.number().int().min(1_000).max(3_600_000).default(30_000),
+  /** Uploads one instance runs at once; more answer 503 IMPORT_BUSY with Retry-After (they share the service's database pool). */
+  IMPORT_MAX_CONCURRENT: z.coerce.number().int().min(1).max(100).default(4),
 });
 export type TaskSvcConfig = ReturnType<typeof TaskSvcConfig.parse>;

@@ -58,6 +58,15 @@ const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff
 /** True when PostgreSQL can store the string as text and inside jsonb. */
 export const isStorableText = (value: string): boolean => !UNSTORABLE.test(value);
 
+const UNSTORABLE_ALL = new RegExp(UNSTORABLE.source, 'g');
+
+/**
+ * The string with each NUL and unpaired surrogate replaced by U+FFFD: for text built from someone
+ * else's input (an error message quoting a bad line) that must be stored whatever it quotes. Cut
+ * a string before this, not after: a cut through a pair leaves a half, which this then replaces.
+ */
+export const toStorableText = (value: string): string => value.replace(UNSTORABLE_ALL, '\uFFFD');
+
 /** Adds the storable-text check to a string schema: free text from outside must pass it at the edge. */
 export const storable = <S extends z.ZodType<string, string>>(schema: S) =>
   schema.refine(isStorableText, 'must not contain NUL characters or unpaired UTF-16 surrogates');

@@ -10,8 +10,10 @@ export const ImportErrors = {
   IMPORT_TAKEN_OVER: 'IMPORT_TAKEN_OVER',
   /** The database stayed unavailable through every retry of a batch; committed batches stay. */
   IMPORT_STORE_UNAVAILABLE: 'IMPORT_STORE_UNAVAILABLE',
-  /** The client's request stream ended abnormally (connection dropped); committed batches stay. */
+  /** The client's request stream ended abnormally (connection dropped, or silent past IMPORT_IDLE_MS); committed batches stay. */
   IMPORT_INTERRUPTED: 'IMPORT_INTERRUPTED',
+  /** This instance runs IMPORT_MAX_CONCURRENT uploads already; retry after a moment. */
+  IMPORT_BUSY: 'IMPORT_BUSY',
 } as const;
 export type ImportErrorCode = (typeof ImportErrors)[keyof typeof ImportErrors];
 

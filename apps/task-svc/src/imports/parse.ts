@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { storable } from '@labelflow/contracts';
+import { storable, toStorableText } from '@labelflow/contracts';
 import { z } from 'zod';
 
 /** Why a line of an import file was rejected. The rest of the file goes on regardless. */
@@ -128,12 +128,13 @@ export function readLine(line: RawLine, maxLineBytes: number): LineVerdict {
   try {
     json = JSON.parse(text);
   } catch (error) {
-    return { kind: 'rejected', code: LineErrors.INVALID_JSON, message: `line is not JSON: ${(error as Error).message}`.slice(0, 300) };
+    // The parser's message quotes the line: cut, then made storable, or one bad line would fail its whole batch.
+    return { kind: 'rejected', code: LineErrors.INVALID_JSON, message: toStorableText(`line is not JSON: ${(error as Error).message}`.slice(0, 300)) };
   }
   const parsed = ImportLine.safeParse(json);
   if (parsed.success) return { kind: 'task', task: parsed.data };
   const problems = parsed.error.issues.slice(0, 5).map((i) => `${['line', ...i.path.map(String)].join('.')} ${i.message}`);
-  return { kind: 'rejected', code: LineErrors.VALIDATION_FAILED, message: problems.join('; ').slice(0, 500) };
+  return { kind: 'rejected', code: LineErrors.VALIDATION_FAILED, message: toStorableText(problems.join('; ').slice(0, 500)) };
 }
 
 /**

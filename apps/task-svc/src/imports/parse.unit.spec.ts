@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { isStorableText } from '@labelflow/contracts';
 import { createLineSplitter, createPrefixDigest, EMPTY_PREFIX, LineErrors, readLine, type RawLine } from './parse';
 
 const text = (line: RawLine) => ('bytes' in line ? line.bytes.toString('utf8') : `<too long: ${line.tooLong.bytes}>`);
@@ -77,6 +78,21 @@ describe('reading one import line', () => {
       const verdict = readLine({ number: 1, bytes: Buffer.from(line) }, 1024);
       expect(verdict, line).toMatchObject({ kind: 'rejected', code: LineErrors.VALIDATION_FAILED });
       expect(verdict.kind === 'rejected' && verdict.message, line).toContain(named);
+    }
+  });
+
+  it('gives every rejection a message PostgreSQL can store, whatever the line quotes: NUL, UTF-16 text, a key with NUL, an emoji cut in half', () => {
+    const nasty = [
+      'abc\u0000def',
+      Buffer.from('{"externalId":"x"}', 'utf16le').toString('latin1').replace(/[^\u0000-\u007f]/g, ''),
+      '{"externalId":"e","title":"t","dataUri":"d","x\\u0000y":1}',
+      `{"externalId":"${'🐱'.repeat(200)}`,
+      `${'🐱'.repeat(149)}x`,
+    ];
+    for (const line of nasty) {
+      const verdict = readLine({ number: 1, bytes: Buffer.from(line) }, 100_000);
+      expect(verdict.kind, JSON.stringify(line)).toBe('rejected');
+      if (verdict.kind === 'rejected') expect(isStorableText(verdict.message), `${JSON.stringify(line)} → ${JSON.stringify(verdict.message)}`).toBe(true);
     }
   });
 

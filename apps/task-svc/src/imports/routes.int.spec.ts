@@ -138,7 +138,23 @@ describe('task-svc bulk import, answered in-process', () => {
     expect(refusal(await svc.http(null).post(path, line('x'), NDJSON))).toEqual({ status: 401, code: 'TOKEN_MISSING' });
     expect(refusal(await svc.http(stranger).post(path, line('x'), NDJSON))).toEqual({ status: 404, code: 'PROJECT_NOT_FOUND' });
     expect(refusal(await svc.http(annotator).post(path, line('x'), NDJSON))).toEqual({ status: 403, code: 'FORBIDDEN' });
+    expect(refusal(await svc.http(manager).post(path, line('x'), { ...NDJSON, 'content-encoding': 'gzip' }))).toEqual({ status: 415, code: 'IMPORT_UNSUPPORTED_MEDIA_TYPE' });
+    expect(refusal(await svc.http(manager).post(path, line('x'), { 'content-type': 'application/x-ndjson; charset=utf-16le' }))).toEqual({ status: 415, code: 'IMPORT_UNSUPPORTED_MEDIA_TYPE' });
+    expect((await svc.http(manager).post(path, line('x0'), { 'content-type': 'application/x-ndjson; charset=UTF-8' })).status).toBe(200);
     expect((await tasksOf(project)).some((t) => t.external_id === 'x')).toBe(false);
+  });
+
+  it('reports a line whose error would quote NUL or half an emoji like any bad line, and imports the rest', async () => {
+    const projectId = randomUUID();
+    const lines = [line('u1'), 'abc\u0000def', `{"externalId":"${'🐱'.repeat(200)}`, '{"externalId":"e","title":"t","dataUri":"d","x\\u0000y":1}', line('u2')];
+    const answer = await upload(randomUUID(), file(lines), as.manager('mgr-1', projectId), projectId);
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200);
+    expect(answer.body).toMatchObject({ status: 'completed', lines: 5, created: 2, rejected: 3 });
+    expect(answer.body.errors.map((e) => [e.line, e.code])).toEqual([
+      [2, 'INVALID_JSON'],
+      [3, 'INVALID_JSON'],
+      [4, 'VALIDATION_FAILED'],
+    ]);
   });
 
   it('shows an import only to callers of its project, as 404 to everyone else as if it did not exist', async () => {
@@ -205,5 +221,56 @@ describe('task-svc bulk import, answered in-process', () => {
     expect((await progress(importId)).body).toMatchObject({ status: 'interrupted', created: 0 });
     await locker.query('ROLLBACK');
     expect((await upload(importId, body)).body).toMatchObject({ status: 'completed', created: 2, uploads: 2 });
+  });
+});
+
+describe('task-svc bulk import, a client gone silent and a full instance', () => {
+  const start = async (env: Record<string, string>) => {
+    const svc = await buildTestService(infra, 'task-svc', (e) => buildService(taskService, loadConfig(TaskSvcConfig, e)), env);
+    await svc.built.app.listen({ port: 0, host: '127.0.0.1' });
+    return { svc, baseUrl: `http://127.0.0.1:${(svc.built.app.server.address() as AddressInfo).port}` };
+  };
+  const services: InProcessService<BuiltService<TaskSvcConfig>>[] = [];
+  afterAll(async () => {
+    for (const svc of services) await svc.close();
+  });
+
+  it('ends an upload whose client sends nothing past IMPORT_IDLE_MS as interrupted, so the same importId resumes at once', async () => {
+    const { svc, baseUrl } = await start({ IMPORT_BATCH_SIZE: '5', IMPORT_IDLE_MS: '1000' });
+    services.push(svc);
+    const projectId = randomUUID();
+    const owner = as.owner('own-1', projectId);
+    const importId = randomUUID();
+    const lines = Array.from({ length: 12 }, (_, i) => line(`s${i}`));
+    const silent = streamingUpload(baseUrl, `/projects/${projectId}/tasks/import?importId=${importId}`, owner);
+    await silent.start();
+    await silent.write(file(lines.slice(0, 6)));
+    // The client neither sends more nor hangs up: the upload ends on its own and frees the job.
+    await expect(silent.answer).rejects.toThrow();
+    // The socket closes first; the job is released right after, in its own statement.
+    await eventually(async () => expect((await svc.http(owner).get<Summary>(`/projects/${projectId}/imports/${importId}`)).body).toMatchObject({ status: 'interrupted', created: 5 }));
+
+    const resumed = await svc.http(owner).post<Summary>(`/projects/${projectId}/tasks/import?importId=${importId}`, file(lines), NDJSON);
+    expect(resumed.status, JSON.stringify(resumed.body)).toBe(200);
+    expect(resumed.body).toMatchObject({ status: 'completed', lines: 12, created: 12, uploads: 2 });
+  });
+
+  it('answers 503 IMPORT_BUSY with Retry-After beyond IMPORT_MAX_CONCURRENT uploads, and takes the upload once one ended', async () => {
+    const { svc, baseUrl } = await start({ IMPORT_MAX_CONCURRENT: '1' });
+    services.push(svc);
+    const projectId = randomUUID();
+    const owner = as.owner('own-1', projectId);
+    const first = streamingUpload(baseUrl, `/projects/${projectId}/tasks/import?importId=${randomUUID()}`, owner);
+    await first.start();
+    await first.write(`${line('b1')}\n`);
+    // The first upload holds the only slot until it ends: its job is running.
+    await eventually(async () => expect((await queryRows<{ n: string }>(svc.databaseUrl, "SELECT count(*) AS n FROM imports WHERE project_id = $1 AND status = 'running'", [projectId]))[0]?.n).toBe('1'));
+    const second = () => svc.http(owner).post<Summary>(`/projects/${projectId}/tasks/import?importId=${randomUUID()}`, file([line('b2')]), NDJSON);
+    const busy = await second();
+    expect(refusal(busy)).toEqual({ status: 503, code: 'IMPORT_BUSY' });
+    expect(busy.headers.get('retry-after')).toBe('5');
+    first.end();
+    expect(await first.answer).toMatchObject({ status: 200, body: { status: 'completed', created: 1 } });
+    expect((await second()).status).toBe(200);
   });
 });

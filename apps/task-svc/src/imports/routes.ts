@@ -21,6 +21,7 @@ const statusFor: Record<ImportErrorCode, number> = {
   IMPORT_CONTENT_MISMATCH: 409,
   IMPORT_TAKEN_OVER: 409,
   IMPORT_STORE_UNAVAILABLE: 503,
+  IMPORT_BUSY: 503,
   // Nobody hears it: the client hung up. For the logs and metrics.
   IMPORT_INTERRUPTED: 400,
 };
@@ -28,6 +29,49 @@ const statusFor: Record<ImportErrorCode, number> = {
 const projectNotFound = (projectId: string) => ({ code: 'PROJECT_NOT_FOUND', message: `project ${projectId} does not exist` });
 const importNotFound = (importId: string) => ({ code: 'IMPORT_NOT_FOUND', message: `import ${importId} does not exist` });
 const mediaType = (request: FastifyRequest) => (request.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
+/** The charset parameter of the Content-Type, lower-cased; undefined when none is given. */
+const charsetOf = (request: FastifyRequest) =>
+  (request.headers['content-type'] ?? '')
+    .split(';')
+    .slice(1)
+    .map((p) => p.trim().toLowerCase())
+    .find((p) => p.startsWith('charset='))
+    ?.slice('charset='.length)
+    .replace(/^"|"$/g, '');
+
+/**
+ * The request's chunks, ending in an error when the client sends nothing for `idleMs`. Only the
+ * wait for the next chunk counts: while the import writes a batch it reads nothing, and that time
+ * is its own, not the client's silence.
+ */
+async function* withIdleLimit(source: AsyncIterable<Buffer | string>, idleMs: number, onIdle: () => void): AsyncGenerator<Buffer | string> {
+  const chunks = source[Symbol.asyncIterator]();
+  let done = false;
+  try {
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const silent = new Promise<never>((_resolve, reject) => {
+        timer = setTimeout(() => {
+          onIdle();
+          reject(new Error(`the client sent nothing for ${idleMs} ms`));
+        }, idleMs);
+      });
+      try {
+        const next = await Promise.race([chunks.next(), silent]);
+        if (next.done) {
+          done = true;
+          return;
+        }
+        yield next.value;
+      } finally {
+        clearTimeout(timer);
+      }
+    }
+  } finally {
+    // Left early (a refusal mid-file): the request stream is let go, as a for-await over it would.
+    if (!done) await chunks.return?.();
+  }
+}
 
 /** Bulk import: `POST /projects/:projectId/tasks/import?importId=` (NDJSON, streamed) and its progress. */
 export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConfig>): void {
@@ -65,6 +109,11 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
     const { projectId } = parseInput(ImportParams, request.params, 'path');
     guard(request, Permission.taskCreate, projectId, projectNotFound(projectId));
     if (mediaType(request) !== NDJSON) throw new HttpError(415, 'IMPORT_UNSUPPORTED_MEDIA_TYPE', `send the tasks as ${NDJSON}: one JSON object per line`);
+    // A compressed or non-UTF-8 body would be read as lines of garbage, every one rejected.
+    const encoding = (request.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
+    if (encoding !== 'identity') throw new HttpError(415, 'IMPORT_UNSUPPORTED_MEDIA_TYPE', `send the file uncompressed: Content-Encoding ${encoding} is not supported`);
+    const charset = charsetOf(request);
+    if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') throw new HttpError(415, 'IMPORT_UNSUPPORTED_MEDIA_TYPE', `send the file as UTF-8: charset ${charset} is not supported`);
     parseInput(ImportQuery, request.query, 'query');
   };
 
@@ -79,10 +128,17 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
       return payload;
     });
 
+    let running = 0;
     scope.post('/projects/:projectId/tasks/import', { onRequest: admit }, async (request, reply: FastifyReply) => {
       const { projectId } = parseInput(ImportParams, request.params, 'path');
       const { importId } = parseInput(ImportQuery, request.query, 'query');
-      const body = (request.body ?? []) as AsyncIterable<Buffer | string>;
+      if (running >= config.IMPORT_MAX_CONCURRENT) {
+        uploads.inc({ outcome: ImportErrors.IMPORT_BUSY });
+        reply.header('retry-after', '5');
+        throw new HttpError(503, ImportErrors.IMPORT_BUSY, `this instance runs ${running} imports already; upload again in a moment with the same importId`);
+      }
+      running++;
+      const body = withIdleLimit((request.body ?? []) as AsyncIterable<Buffer | string>, config.IMPORT_IDLE_MS, () => request.raw.destroy());
       try {
         const job = await runImport(deps, { projectId, importId, createdBy: request.principal.subject, body, trace: requestTrace(request) });
         uploads.inc({ outcome: 'completed' });
@@ -95,6 +151,8 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
           reply.header('retry-after', '1');
         }
         throw new HttpError(statusFor[error.code], error.code, error.message);
+      } finally {
+        running--;
       }
     });
 
