@@ -47,14 +47,29 @@ const CR = 0x0d;
 export function createLineSplitter(maxLineBytes: number): LineSplitter {
   let parts: Buffer[] = [];
   let held = 0;
-  let overflow: { bytes: number; hash: ReturnType<typeof createHash> } | undefined;
+  /**
+   * A line past the cap, hashed as it streams. Its last byte so far (`tail`) is held back: if the
+   * line turns out to end in CR before its newline, that CR is dropped as the normal path drops it,
+   * so the digest and length never depend on where the chunks were cut.
+   */
+  let overflow: { bytes: number; hash: ReturnType<typeof createHash>; tail: Buffer } | undefined;
   let number = 0;
+
+  /** Hashes all of `data` but its last byte, which becomes the new tail. */
+  const stream = (o: NonNullable<typeof overflow>, data: Buffer) => {
+    if (data.length === 0) return;
+    o.hash.update(data.subarray(0, data.length - 1));
+    o.bytes += data.length - 1;
+    o.tail = Buffer.from(data.subarray(data.length - 1));
+  };
 
   const finish = (last: Buffer): RawLine => {
     number += 1;
     if (overflow) {
-      overflow.hash.update(last);
-      const line: RawLine = { number, tooLong: { bytes: overflow.bytes + last.length, sha256: overflow.hash.digest() } };
+      let end = Buffer.concat([overflow.tail, last]);
+      if (end.length > 0 && end[end.length - 1] === CR) end = end.subarray(0, end.length - 1);
+      overflow.hash.update(end);
+      const line: RawLine = { number, tooLong: { bytes: overflow.bytes + end.length, sha256: overflow.hash.digest() } };
       overflow = undefined;
       return line;
     }
@@ -69,16 +84,13 @@ export function createLineSplitter(maxLineBytes: number): LineSplitter {
   const hold = (rest: Buffer) => {
     if (rest.length === 0) return;
     if (overflow) {
-      overflow.hash.update(rest);
-      overflow.bytes += rest.length;
+      stream(overflow, Buffer.concat([overflow.tail, rest]));
       return;
     }
     // One byte of slack: a CR the terminator will strip does not count against the cap.
     if (held + rest.length > maxLineBytes + 1) {
-      const hash = createHash('sha256');
-      for (const p of parts) hash.update(p);
-      hash.update(rest);
-      overflow = { bytes: held + rest.length, hash };
+      overflow = { bytes: 0, hash: createHash('sha256'), tail: Buffer.alloc(0) };
+      stream(overflow, Buffer.concat([...parts, rest]));
       parts = [];
       held = 0;
       return;

@@ -38,6 +38,18 @@ describe('the NDJSON line splitter', () => {
     ]);
   });
 
+  it('gives an over-long CRLF line the same length and digest however the chunks cut it, and the same as with LF', () => {
+    const long = 'x'.repeat(100);
+    const cuts = [[`${long}\r\nok\n`], [long, '\r', '\nok\n'], [long.slice(0, 70), `${long.slice(70)}\r`, '\nok\n'], [`${long}\nok\n`], [long.slice(0, 99), `x\r\n`, 'ok\n']];
+    const seen = cuts.map((chunks) => {
+      const [first, second] = split(chunks, 64);
+      expect(text(second!)).toBe('ok');
+      return 'tooLong' in first! ? [first.tooLong.bytes, first.tooLong.sha256.toString('hex')] : ['not too long'];
+    });
+    for (const s of seen) expect(s).toEqual(seen[0]);
+    expect(seen[0]![0]).toBe(100);
+  });
+
   it('reports an over-long last line without a newline too', () => {
     expect(split(['ok\n', 'y'.repeat(100)], 64).map(text)).toEqual(['ok', '<too long: 100>']);
   });
