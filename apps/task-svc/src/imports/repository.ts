@@ -146,7 +146,10 @@ export async function writeImportBatch(pool: Pool, w: BatchWrite): Promise<{ rea
      ), recorded AS (
        UPDATE imports SET position = $12, prefix_sha256 = $13, lines = lines + $14, created = created + n.inserted_rows, already_present = already_present + $15 - n.inserted_rows,
          rejected = rejected + $16, errors = errors || $17::jsonb, errors_truncated = errors_truncated OR $18, lease_expires_at = $19, updated_at = now(),
-         status = CASE WHEN $20 THEN 'completed' ELSE status END, completed_at = CASE WHEN $20 THEN now() ELSE completed_at END,
+         status = CASE WHEN $20 THEN 'completed' ELSE status END,
+         -- A batch with lines means the file went on past what completed before: complete again when
+         -- the final one lands, not before. A final batch with none keeps the first completion.
+         completed_at = CASE WHEN $14 > 0 THEN (CASE WHEN $20 THEN now() END) WHEN $20 THEN coalesce(completed_at, now()) ELSE completed_at END,
          owner = CASE WHEN $20 THEN NULL ELSE owner END
        FROM n
        WHERE project_id = $1 AND import_id = $9 AND EXISTS (SELECT 1 FROM claim)

@@ -21,6 +21,7 @@ interface Summary {
   readonly errors: readonly { line: number; code: string; message: string }[];
   readonly errorsTruncated: boolean;
   readonly uploads: number;
+  readonly completedAt: string | null;
 }
 
 const project: string = randomUUID();
@@ -116,6 +117,7 @@ describe('task-svc bulk import, answered in-process', () => {
     const again = await upload(importId, body);
     expect(again.status).toBe(200);
     expect(again.body).toMatchObject({ status: 'completed', lines: 4, created: 3, alreadyPresent: 0, rejected: 1, uploads: 2 });
+    expect(again.body.completedAt).toBe(first.body.completedAt);
     const anew = await upload(randomUUID(), body);
     expect(anew.body).toMatchObject({ status: 'completed', lines: 4, created: 0, alreadyPresent: 3, rejected: 1 });
     expect((await tasksOf(project)).filter((t) => t.external_id.startsWith('r'))).toHaveLength(3);
@@ -203,6 +205,37 @@ describe('task-svc bulk import, answered in-process', () => {
     const tasks = await tasksOf(projectId);
     expect(tasks).toHaveLength(30);
     expect(await createdEventsOf(projectId)).toHaveLength(30);
+  });
+
+  it('reads a completed job that a grown file began to extend as interrupted until the file is imported to its end, however often its uploads drop', async () => {
+    const projectId = randomUUID();
+    const owner = as.owner('own-1', projectId);
+    const importId = randomUUID();
+    const lines = Array.from({ length: 30 }, (_, i) => line(`g${i}`));
+    const path = `/projects/${projectId}/tasks/import?importId=${importId}`;
+    expect((await upload(importId, file(lines.slice(0, 10)), owner, projectId)).body).toMatchObject({ status: 'completed', lines: 10 });
+
+    // The grown file: a batch past the old end commits, then the connection drops.
+    const grown = streamingUpload(baseUrl, path, owner);
+    await grown.start();
+    await grown.write(file(lines.slice(0, 17)));
+    await eventually(async () => expect((await progress(importId, owner, projectId)).body.lines).toBeGreaterThanOrEqual(15));
+    grown.cutOff();
+    await grown.answer.catch(() => undefined);
+    await eventually(async () => expect((await progress(importId, owner, projectId)).body).toMatchObject({ status: 'interrupted', completedAt: null }));
+
+    // An upload that drops before reaching that point leaves it interrupted: lines 16-30 were never imported.
+    const short = streamingUpload(baseUrl, path, owner);
+    await short.start();
+    await short.write(file(lines.slice(0, 12)));
+    await eventually(async () => expect((await queryRows<{ uploads: number }>(svc.databaseUrl, 'SELECT uploads FROM imports WHERE import_id = $1', [importId]))[0]?.uploads).toBe(3));
+    short.cutOff();
+    await short.answer.catch(() => undefined);
+    await eventually(async () => expect((await progress(importId, owner, projectId)).body).toMatchObject({ status: 'interrupted', lines: 15 }));
+
+    const finished = await upload(importId, file(lines), owner, projectId);
+    expect(finished.body).toMatchObject({ status: 'completed', lines: 30, created: 30 });
+    expect(finished.body.completedAt).not.toBeNull();
   });
 
   it('answers 503 when the database keeps failing a batch, and a later upload finishes the job', async () => {
