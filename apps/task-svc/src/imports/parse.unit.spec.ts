@@ -96,7 +96,7 @@ describe('reading one import line', () => {
   it('gives every rejection a message PostgreSQL can store, whatever the line quotes: NUL, UTF-16 text, a key with NUL, an emoji cut in half', () => {
     const nasty = [
       'abc\u0000def',
-      Buffer.from('{"externalId":"x"}', 'utf16le').toString('latin1').replace(/[^\u0000-\u007f]/g, ''),
+      Buffer.from('{"externalId":"x"}', 'utf16le').toString('latin1'),
       '{"externalId":"e","title":"t","dataUri":"d","x\\u0000y":1}',
       `{"externalId":"${'🐱'.repeat(200)}`,
       `${'🐱'.repeat(149)}x`,
