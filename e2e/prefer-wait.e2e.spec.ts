@@ -9,7 +9,9 @@ type TaskView = { status: string; attempt: number };
 describe('waiting instead of polling (Prefer: wait)', () => {
   let stack: TestStack;
   beforeAll(async () => {
-    stack = await startStack(inject('infra'));
+    // The fallback re-check comes later than any wait here: every wake before a deadline is a signal.
+    const recheck = { LONG_POLL_RECHECK_MS: '60000' };
+    stack = await startStack(inject('infra'), { 'task-svc': recheck, 'label-svc': recheck, 'qa-svc': recheck });
   });
   afterAll(async () => stack?.stop());
 
@@ -21,7 +23,7 @@ describe('waiting instead of polling (Prefer: wait)', () => {
   const waiting = (service: ServiceName, route: string) =>
     eventually(async () => expect(metricValue(await stack.metrics(service), 'http_long_polls_waiting', { route })).toBe(1), { timeoutMs: 10_000, intervalMs: 50 });
   const settledPolls = async (service: ServiceName, route: string) => metricValue(await stack.metrics(service), 'http_long_polls_total', { route, outcome: 'settled' });
-  /** Waits ended by the task's signal, not by the 5 s fallback re-check (RECHECK_MS). */
+  /** Waits ended by the task's signal, not by the fallback re-check (set beyond every wait of this stack). */
   const signalled = async (service: ServiceName, route: string) => metricValue(await stack.metrics(service), 'http_long_poll_wakeups_total', { route, cause: 'signal' });
   const labelsBody = (annotatorId: string) => ({ annotatorId, annotations: [{ label: 'cat', confidence: 0.9 }] });
   /** Labels submitted by `annotatorId` herself, an annotator of the task's project. */

@@ -65,6 +65,8 @@ export const BaseConfig = z.object({
   IDEMPOTENCY_TTL_MS: z.coerce.number().int().min(1_000).max(30 * 24 * 3600_000).default(24 * 3600_000),
   /** Requests one caller may have waiting (Prefer: wait) in one instance; beyond it the wait is not honoured. */
   LONG_POLLS_PER_CALLER: z.coerce.number().int().min(1).max(100_000).default(256),
+  /** How often a waiting request looks again without a signal: the fallback for a notification that went missing. */
+  LONG_POLL_RECHECK_MS: z.coerce.number().int().min(100).max(60_000).default(5_000),
   /**
    * While the server's autovacuum is off, how often the service looks for its own tables that
    * autovacuum's default rules would vacuum or analyze, and does so; 0: never.

@@ -60,20 +60,23 @@ export const DEFAULT_LONG_POLLS_PER_CALLER = 256;
 /**
  * How many requests each caller may have waiting (Prefer: wait) in this instance. Within the rate
  * limit one caller could otherwise keep thousands waiting, each looking at the database again on
- * every signal and every RECHECK_MS. Beyond the quota the preference is simply not honoured
+ * every signal and every recheck (LONG_POLL_RECHECK_MS). Beyond the quota the preference is simply not honoured
  * (RFC 7240 lets a server ignore it): the request gets today's answer at once.
  */
 export interface LongPollQuota {
+  /** How often a request holding a slot looks again without a signal (`awaitTask`'s `recheckMs`). */
+  readonly recheckMs: number;
   /** A slot for `caller`, with its release (idempotent); undefined when the caller has none left. */
   tryTake(caller: string): (() => void) | undefined;
   /** Requests `caller` has waiting now. */
   waiting(caller: string): number;
 }
 
-export function createLongPollQuota(perCaller: number = DEFAULT_LONG_POLLS_PER_CALLER): LongPollQuota {
+export function createLongPollQuota(perCaller: number = DEFAULT_LONG_POLLS_PER_CALLER, recheckMs: number = RECHECK_MS): LongPollQuota {
   if (!Number.isInteger(perCaller) || perCaller < 1) throw new RangeError(`perCaller must be a positive integer, got ${perCaller}`);
   const held = new Map<string, number>();
   return {
+    recheckMs,
     tryTake(caller) {
       const now = held.get(caller) ?? 0;
       if (now >= perCaller) return undefined;

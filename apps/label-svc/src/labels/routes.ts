@@ -48,6 +48,7 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
       signals: ctx.signals,
       taskId,
       waitMs: honourPreferWait(request, reply, ctx.longPolls),
+      recheckMs: ctx.longPolls.recheckMs,
       notYet: ['ASSIGNMENT_UNKNOWN'],
       abort: clientGone(reply),
       metrics: ctx.metrics,

@@ -85,6 +85,7 @@ export function reviewRoutes(app: FastifyInstance, ctx: ServiceContext<QaSvcConf
       signals: ctx.signals,
       taskId,
       waitMs: honourPreferWait(request, reply, ctx.longPolls),
+      recheckMs: ctx.longPolls.recheckMs,
       notYet: ['REVIEW_NOT_FOUND'],
       abort: clientGone(reply),
       metrics: ctx.metrics,

@@ -142,6 +142,7 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
       signals: ctx.signals,
       taskId,
       waitMs: conditional ? honourPreferWait(request, reply, ctx.longPolls) : undefined,
+      recheckMs: ctx.longPolls.recheckMs,
       abort: clientGone(reply),
       metrics: ctx.metrics,
       route: 'GET /tasks/:taskId',

@@ -40,7 +40,7 @@ export async function wireContext<C extends BaseConfig>(w: Wiring<C>): Promise<{
   const signals = createTaskSignals({ pool, channel: `signals_${name.replace(/-/g, '_')}`, logger: logger.child({ component: 'signals' }) });
   await signals.start();
   lifecycle.onClose('task-signals', () => signals.close());
-  const ctx: ServiceContext<C> = { name, config, logger, metrics, pool, now: () => new Date(), nextId: () => ids.next(), newUuid: uuidIds, emit: emitter.emit, prepare: emitter.prepare, signals, longPolls: createLongPollQuota(config.LONG_POLLS_PER_CALLER) };
+  const ctx: ServiceContext<C> = { name, config, logger, metrics, pool, now: () => new Date(), nextId: () => ids.next(), newUuid: uuidIds, emit: emitter.emit, prepare: emitter.prepare, signals, longPolls: createLongPollQuota(config.LONG_POLLS_PER_CALLER, config.LONG_POLL_RECHECK_MS) };
   return { ctx, emitMany: emitter.emitMany };
 }
 
