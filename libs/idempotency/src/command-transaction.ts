@@ -20,8 +20,13 @@ export interface KeyClaim {
   readonly fingerprint: string;
   readonly now: Date;
   readonly expiresAt: Date;
-  /** The transaction's lock timeout: the wait for a concurrent request with the same key. */
+  /** The claim's lock timeout: the wait for a concurrent request with the same key. */
   readonly waitMs: number;
+  /**
+   * The lock timeout of the command once the key is claimed (default `waitMs`). A short probe of
+   * whether a key's owner is alive must not also become the budget of every lock the command takes.
+   */
+  readonly commandWaitMs?: number;
 }
 
 export type KeyedRun = { readonly kind: 'existing'; readonly existing: IdempotencyRecord } | { readonly kind: 'ran'; readonly result: StoredResponse };
@@ -40,8 +45,9 @@ export function runUnkeyed(pool: pg.Pool, command: IdempotentCommand, body: Tran
 /**
  * Claim, command and stored response in one transaction, so they commit together or not at all.
  * A key another request already completed answers `existing` (and rolls back the claim attempt);
- * a key another request still holds past `waitMs` throws ClaimTimedOut. The lock timeout also
- * bounds, as a safety net, any lock the command itself waits for: it then fails as transient.
+ * a key another request still holds past `waitMs` throws ClaimTimedOut. `commandWaitMs` (or
+ * `waitMs`) then bounds, as a safety net, any lock the command itself waits for: it then fails as
+ * transient.
  */
 export function runKeyed(pool: pg.Pool, command: IdempotentCommand, body: TransactionBody, claim: KeyClaim): Promise<KeyedRun> {
   return withTransaction<KeyedRun>(
@@ -55,6 +61,8 @@ export function runKeyed(pool: pg.Pool, command: IdempotentCommand, body: Transa
         throw isLockTimeout(error) ? new ClaimTimedOut(error) : error;
       }
       if (found) return { kind: 'existing', existing: found };
+      const commandWaitMs = Math.max(1, Math.floor(claim.commandWaitMs ?? claim.waitMs));
+      if (commandWaitMs !== Math.max(1, Math.floor(claim.waitMs))) await tx.query(`SET LOCAL lock_timeout = ${commandWaitMs}`);
       const result = asStored(await body(() => command(tx, claim.key), tx));
       if (committable(result)) await completeIdempotencyKey(tx, claim.scope, claim.key, result);
       return { kind: 'ran', result };

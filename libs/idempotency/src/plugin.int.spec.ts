@@ -222,6 +222,39 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     expect([replayed.status, replayed.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
   });
 
+  it("gives the retry of a dead owner's request its whole lock budget for the command's own locks, not the short probe of the owner", async () => {
+    const { http } = await start({ lockMs: 60_000 });
+    const key = randomUUID();
+    const name = uniqueName('orphaned-slow');
+    const hold = barrier();
+    holds.set(name, hold);
+    const first = post(http, { name }, key);
+    await hold.hasEntered;
+    const { rows } = await pool.query<{ pid: number }>(
+      `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()`,
+    );
+    await pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+    holds.delete(name);
+
+    // Another writer holds the table the command writes to, past the probe's 200 ms.
+    const locker = await pool.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE effects IN SHARE MODE');
+      const retried = post(http, { name }, key);
+      await eventually(async () => expect((await pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rows[0].n).toBe(1));
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await locker.query('COMMIT');
+      const answer = await retried;
+      expect(answer.status, JSON.stringify(answer.body)).toBe(201);
+    } finally {
+      locker.release();
+    }
+    hold.release();
+    await first.catch(() => undefined);
+    expect(await effects(name)).toBe(1);
+  });
+
   it('answers 422 problem+json when the key is reused for a different request', async () => {
     const { http, metrics } = await start();
     const key = randomUUID();

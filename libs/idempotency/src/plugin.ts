@@ -133,7 +133,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     const expiresAt = new Date(createdAt + ttlMs);
     let run: KeyedRun;
     try {
-      run = await runKeyed(pool, command, bodyOf(request), { scope, key, fingerprint, now: new Date(createdAt), expiresAt, waitMs });
+      run = await runKeyed(pool, command, bodyOf(request), { scope, key, fingerprint, now: new Date(createdAt), expiresAt, waitMs, commandWaitMs: lockMs });
     } catch (error) {
       await releaseLock();
       if (error instanceof ClaimTimedOut) {

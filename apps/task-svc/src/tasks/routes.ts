@@ -122,7 +122,9 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
     await authorizedTask(ctx, request, taskId, Permission.taskClaim);
     actorMustBeCaller(request, body?.annotatorId, 'annotatorId');
     const annotatorId = request.principal.subject as AnnotatorId;
-    return run(request, {}, { type: 'ClaimTask', taskId, annotatorId, now: ctx.now(), leaseMs: ctx.config.ASSIGNMENT_LEASE_MS });
+    // The clock is read once the key is claimed, not before a wait on Redis or on the key: the
+    // lease runs from when the claim is decided.
+    return run(request, {}, async () => ({ type: 'ClaimTask', taskId, annotatorId, now: ctx.now(), leaseMs: ctx.config.ASSIGNMENT_LEASE_MS }));
   });
 
   app.post('/tasks/:taskId/cancel', async (request) => {
