@@ -195,22 +195,29 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     expect(await outcome(metrics, 'in_flight')).toBe(1);
   });
 
-  it('runs the retry of a request whose process died mid-command, instead of answering 409 until its Redis lock expires', async () => {
-    const { http } = await start({ lockMs: 60_000 });
-    const key = randomUUID();
-    const name = uniqueName('orphaned');
+  /**
+   * A request whose process "dies" mid-command: its database session goes (its transaction rolls
+   * back), while the lock it took in Redis stays for lockMs, as after a SIGKILL.
+   */
+  const orphaned = async (http: HttpClient, name: string, key: string) => {
     const hold = barrier();
     holds.set(name, hold);
     const first = post(http, { name }, key);
     await hold.hasEntered;
-    // The first request's process "dies": its database session goes (its transaction rolls back),
-    // while the lock it took in Redis stays for lockMs, as after a SIGKILL.
     const { rows } = await pool.query<{ pid: number }>(
       `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()`,
     );
     expect(rows).toHaveLength(1);
     await pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
     holds.delete(name); // the retry's own command must not wait on the dead one's barrier
+    return { hold, first };
+  };
+
+  it('runs the retry of a request whose process died mid-command, instead of answering 409 until its Redis lock expires', async () => {
+    const { http } = await start({ lockMs: 60_000 });
+    const key = randomUUID();
+    const name = uniqueName('orphaned');
+    const { hold, first } = await orphaned(http, name, key);
 
     const retried = await post(http, { name }, key);
     expect(retried.status, JSON.stringify(retried.body)).toBe(201);
@@ -226,15 +233,7 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     const { http } = await start({ lockMs: 60_000 });
     const key = randomUUID();
     const name = uniqueName('orphaned-slow');
-    const hold = barrier();
-    holds.set(name, hold);
-    const first = post(http, { name }, key);
-    await hold.hasEntered;
-    const { rows } = await pool.query<{ pid: number }>(
-      `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()`,
-    );
-    await pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
-    holds.delete(name);
+    const { hold, first } = await orphaned(http, name, key);
 
     // Another writer holds the table the command writes to, past the probe's 200 ms.
     const locker = await pool.connect();
