@@ -19,6 +19,11 @@ export const SagaMonitorConfig = BaseConfig.extend({
   MONITOR_WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(2_000),
   /** How often committed alert changes, step latencies and outcomes become metrics, logs and webhooks. */
   MONITOR_NOTICE_POLL_MS: z.coerce.number().int().min(10).max(60_000).default(250),
+  /**
+   * How long an ended saga's timeline and a dead letter stay (0: forever). Keep it above the topics'
+   * retention: a topic replayed after its sagas were forgotten opens them again as new timelines.
+   */
+  MONITOR_RETENTION_HOURS: z.coerce.number().int().min(0).max(24 * 3650).default(30 * 24),
   /** Jaeger's UI: the timeline links each event's trace id to `${JAEGER_URL}/trace/<id>`. */
   JAEGER_URL: httpUrl.optional(),
 });

@@ -268,3 +268,35 @@ export async function overdueWatches(db: Queryable, { projectIds, now, limit }: 
   );
   return rows;
 }
+
+export interface Pruned {
+  readonly sagas: number;
+  readonly deadLetters: number;
+}
+
+/**
+ * Forgets up to `limit` sagas that ended before `cutoff` (their row, events and watches, in one
+ * statement), and up to `limit` dead letters recorded before it. A saga still running is kept
+ * however old, since a stuck one is what the monitor is for. Rows another transaction holds are
+ * skipped: the consumer or the sweeper has the task, and the next prune gets it.
+ */
+export async function pruneEndedSagas(db: Queryable, cutoff: Date, limit: number): Promise<Pruned> {
+  const { rows } = await db.query<{ sagas: number; dead_letters: number }>(
+    `WITH gone AS (
+       SELECT task_id FROM sagas WHERE outcome IS NOT NULL AND last_event_at < $1 ORDER BY last_event_at LIMIT $2 FOR UPDATE SKIP LOCKED
+     ), events AS (
+       DELETE FROM saga_events e WHERE e.task_id IN (SELECT task_id FROM gone)
+     ), watches AS (
+       DELETE FROM saga_watches w WHERE w.task_id IN (SELECT task_id FROM gone)
+     ), ended AS (
+       DELETE FROM sagas s WHERE s.task_id IN (SELECT task_id FROM gone) RETURNING 1
+     ), letters AS (
+       DELETE FROM dead_letters d WHERE (d.topic, d.partition, d."offset") IN (
+         SELECT topic, partition, "offset" FROM dead_letters WHERE recorded_at < $1 ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+       RETURNING 1
+     )
+     SELECT (SELECT count(*) FROM ended)::int AS sagas, (SELECT count(*) FROM letters)::int AS dead_letters`,
+    [cutoff, limit],
+  );
+  return { sagas: rows[0]?.sagas ?? 0, deadLetters: rows[0]?.dead_letters ?? 0 };
+}

@@ -8,7 +8,7 @@ import type { BaseConfig } from '../config';
 import { ServiceKitError, ServiceKitErrors } from '../errors';
 import { Lifecycle } from '../lifecycle';
 import type { Sweeper } from '../sweeper';
-import type { ServiceContext, ServiceDefinition } from './definition';
+import type { Chore, ServiceContext, ServiceDefinition } from './definition';
 import { leaseIds, migrateDatabase, openKafka, openPostgres, openRedis } from './resources';
 import { wireConsumer, wireContext, wireGate, wireRelay, type Wiring } from './wire';
 import { wireHttp } from './wire-http';
@@ -39,6 +39,8 @@ export interface BuiltService<C extends BaseConfig = BaseConfig> {
   readonly consumedInputTopics: readonly InputTopicKey[];
   /** Every capability's deadlines, not started. */
   readonly sweepers: readonly Sweeper[];
+  /** Every capability's housekeeping, not started. */
+  readonly chores: readonly Chore[];
 }
 
 /**
@@ -79,7 +81,8 @@ async function build<C extends BaseConfig>(definition: ServiceDefinition<C>, con
   const consumer = wireConsumer(w, ctx, gate, emitMany);
   const app = await wireHttp(w, ctx, consumer);
   const sweepers = definition.capabilities.flatMap((c) => c.sweepers?.(ctx) ?? []);
-  return { app, ctx, lifecycle, relay, consumer: consumer.consumer, gate, consumedTopics: consumer.topics, consumedInputTopics: consumer.inputTopics, sweepers };
+  const chores = definition.capabilities.flatMap((c) => c.chores?.(ctx) ?? []);
+  return { app, ctx, lifecycle, relay, consumer: consumer.consumer, gate, consumedTopics: consumer.topics, consumedInputTopics: consumer.inputTopics, sweepers, chores };
 }
 
 /** The OTEL_* variables are configuration like any other: a bad one stops the start with CONFIG_INVALID. */

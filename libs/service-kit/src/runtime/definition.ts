@@ -40,6 +40,20 @@ export interface Capability<C extends BaseConfig = BaseConfig> {
   readonly consumes?: EventConsumer<ServiceContext<C>>;
   readonly routes?: (app: FastifyInstance, ctx: ServiceContext<C>) => void;
   readonly sweepers?: (ctx: ServiceContext<C>) => readonly Sweeper[];
+  /** Housekeeping the runtime repeats while the service runs (retention prunes, for one). */
+  readonly chores?: (ctx: ServiceContext<C>) => readonly Chore[];
+}
+
+/**
+ * A job the runtime runs once the consumer and sweepers are up, then every `everyMs` until the
+ * service closes. A failed run is logged and the next one tries again; a run still going when the
+ * next is due is not doubled. Unlike a sweeper it emits nothing: it is for upkeep of the service's
+ * own tables, not for deadlines of the saga.
+ */
+export interface Chore {
+  readonly name: string;
+  readonly everyMs: number;
+  run(): Promise<void>;
 }
 
 export interface ServiceDefinition<C extends BaseConfig = BaseConfig> {

@@ -21,7 +21,7 @@ export interface RunningService<C extends BaseConfig = BaseConfig> extends Built
 
 /**
  * Starts a built service: the outbox relay, the background prunes, the consumer, then the
- * sweepers, and last the HTTP listener, so `/readyz` answers only once all of it runs. A failed
+ * sweepers and chores, and last the HTTP listener, so `/readyz` answers only once all of it runs. A failed
  * start closes the whole service.
  */
 export async function listen<C extends BaseConfig>(built: BuiltService<C>): Promise<RunningService<C>> {
@@ -55,6 +55,7 @@ async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise
   for (const sweeper of built.sweepers) {
     startSweeper(sweeper, { pool, emit: ctx.emit, logger, metrics: ctx.metrics, now: ctx.now, ...(caughtUpTo ? { caughtUpTo } : {}), everyMs: config.SWEEP_INTERVAL_MS }, lifecycle);
   }
+  for (const chore of built.chores) schedule(lifecycle, chore.name, chore.everyMs, () => chore.run(), logger);
   schedule(lifecycle, 'idempotency-prune', 3600_000, async () => void (await pruneIdempotencyKeys(pool)), logger);
   if (config.DB_UPKEEP_INTERVAL_MS > 0) keepTables(built, config.DB_UPKEEP_INTERVAL_MS);
   const metricsUrl = config.METRICS_PORT === undefined ? undefined : await listenForScrapers(built, config.METRICS_PORT);
