@@ -13,7 +13,8 @@
 #   infra/local/redis.sh status          State of $REDIS_HOST:$REDIS_PORT.
 #   infra/local/redis.sh stop-started    Stop the server only if "ensure" started it.
 #
-# Env: REDIS_HOST=127.0.0.1 REDIS_PORT=6379 REDIS_WAIT_SECONDS=30
+# Env: REDIS_HOST=127.0.0.1 REDIS_PORT=6379 REDIS_WAIT_SECONDS=30 REDIS_MAXMEMORY=512mb
+# (a server these scripts start evicts least recently used keys beyond it)
 set -euo pipefail
 
 # shellcheck source=infra/local/lib.sh
@@ -23,6 +24,9 @@ LOG_TAG="redis"
 REDIS_HOST="${REDIS_HOST:-127.0.0.1}"
 REDIS_PORT="${REDIS_PORT:-6379}"
 REDIS_WAIT_SECONDS="${REDIS_WAIT_SECONDS:-30}"
+# Every key labelflow writes expires, but a dedup marker lives 7 days: a bound and LRU eviction
+# keep the server's memory flat (an evicted key only sends that check to PostgreSQL).
+REDIS_MAXMEMORY="${REDIS_MAXMEMORY:-512mb}"
 STARTED_NAME="redis-$REDIS_PORT"
 
 usage() {
@@ -69,6 +73,7 @@ start_instance() {
   log "starting private Redis on 127.0.0.1:$INST_PORT ($INST_DIR)"
   redis-server --daemonize yes --bind 127.0.0.1 --port "$INST_PORT" \
     --save "" --appendonly no --dir "$INST_DIR" \
+    --maxmemory "$REDIS_MAXMEMORY" --maxmemory-policy volatile-lru \
     --pidfile "$INST_DIR/redis.pid" --logfile "$INST_DIR/redis.log" \
     --protected-mode yes --databases 16 >&2
   for ((i = 0; i < REDIS_WAIT_SECONDS * 10; i++)); do
@@ -106,6 +111,9 @@ stop_instance() {
 cmd_ensure() {
   if redis_answers "$REDIS_HOST" "$REDIS_PORT"; then
     log "ok: Redis answers at $REDIS_HOST:$REDIS_PORT"
+    if [[ "$(timeout 3 redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" info memory 2>/dev/null | tr -d '\r' | sed -n 's/^maxmemory://p')" == "0" ]]; then
+      log "note: this Redis has no maxmemory; labelflow's keys expire, but at high rates set one with an LRU policy (see libs/dedup/README.md)"
+    fi
     return 0
   fi
   if port_open "$REDIS_HOST" "$REDIS_PORT"; then

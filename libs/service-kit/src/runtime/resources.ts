@@ -36,7 +36,32 @@ export async function openRedis(config: BaseConfig, logger: Logger, lifecycle: L
   redis.on('error', () => undefined);
   lifecycle.onClose('redis', async () => void redis.disconnect());
   await redis.connect().catch((error: Error) => logger.warn({ err: error }, 'redis not reachable at start'));
+  if (redis.status === 'ready') await warnIfUnbounded(redis, logger);
   return redis;
+}
+
+/**
+ * What INFO memory says of the server's bound: labelflow's keys (dedup markers for
+ * DEDUP_REDIS_TTL_MS, cached responses, rate limits) all expire, but a 7-day marker per consumed
+ * event outgrows any machine at saga rates. Eviction is safe for every one of them (PostgreSQL
+ * holds the truth); running out of memory is safe too, but then every write fails and the
+ * services fall back to PostgreSQL for good. Undefined when INFO does not say.
+ */
+export function redisMemoryBound(info: string): { readonly maxmemory: number; readonly policy: string; readonly evicts: boolean } | undefined {
+  const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
+  const max = field('maxmemory');
+  const policy = field('maxmemory_policy');
+  if (max === undefined || policy === undefined || !/^\d+$/.test(max)) return undefined;
+  return { maxmemory: Number(max), policy, evicts: Number(max) > 0 && policy !== 'noeviction' };
+}
+
+async function warnIfUnbounded(redis: Redis, logger: Logger): Promise<void> {
+  const bound = redisMemoryBound(await redis.info('memory').catch(() => ''));
+  if (!bound || bound.evicts) return;
+  logger.warn(
+    { maxmemory: bound.maxmemory, policy: bound.policy },
+    'redis evicts nothing (maxmemory 0 or policy noeviction): dedup markers and cached responses grow with traffic until their TTL; set maxmemory with an LRU policy (infra/local/redis.sh and the compose file do)',
+  );
 }
 
 export interface KafkaResources {
