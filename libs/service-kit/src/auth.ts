@@ -29,13 +29,14 @@ export const AuthConfigShape = {
   AUTH_CLOCK_SKEW_S: z.coerce.number().int().min(0).max(300).default(30),
   /** The longest lifetime a token may claim (exp - iat), seconds: longer-lived tokens are refused. */
   AUTH_MAX_TOKEN_LIFETIME_S: z.coerce.number().int().min(60).max(2_592_000).default(86_400),
-  /** `production` refuses AUTH_DEV_SHARED_SECRET (the image sets it). */
+  /** Only `development` and `test` accept AUTH_DEV_SHARED_SECRET (the image sets `production`). */
   NODE_ENV: z.string().optional(),
   /** Per-subject requests per second to one service, shared by its instances through Redis. */
   RATE_LIMIT_PER_SECOND: z.coerce.number().min(0.01).max(1_000_000).default(100),
   /** Requests a subject may send at once. */
   RATE_LIMIT_BURST: z.coerce.number().int().min(1).max(1_000_000).default(200),
 };
+const DEV_ENVIRONMENTS: readonly string[] = ['development', 'test'];
 type AuthConfig = z.infer<z.ZodObject<typeof AuthConfigShape>>;
 
 const Jwks = z.object({ keys: z.array(z.looseObject({ kty: z.string() })).min(1) }).loose();
@@ -74,8 +75,11 @@ function verifierOptions(config: AuthConfig): { options?: TokenVerifierOptions; 
     ...(config.AUTH_DEV_SHARED_SECRET !== undefined ? { sharedSecret: config.AUTH_DEV_SHARED_SECRET } : {}),
   };
   const problems = checkVerifierOptions(options).map((p) => `AUTH_*: ${p}`);
-  // Anyone who learns a shared secret can mint an admin token: never in a production deployment.
-  if (config.AUTH_DEV_SHARED_SECRET !== undefined && config.NODE_ENV === 'production') problems.push('AUTH_DEV_SHARED_SECRET: refused when NODE_ENV=production; give the identity provider\'s public keys');
+  // Anyone who learns a shared secret can mint an admin token: only where a deployment says it is
+  // a development or test one, so one that merely forgot NODE_ENV refuses it.
+  if (config.AUTH_DEV_SHARED_SECRET !== undefined && !DEV_ENVIRONMENTS.includes(config.NODE_ENV ?? '')) {
+    problems.push(`AUTH_DEV_SHARED_SECRET: accepted only with NODE_ENV=development or test (NODE_ENV is ${config.NODE_ENV === undefined ? 'unset' : JSON.stringify(config.NODE_ENV)}); give the identity provider's public keys`);
+  }
   return { options, problems };
 }
 

@@ -29,8 +29,13 @@ const url = (protocols: readonly string[]) =>
 export const BaseConfig = z.object({
   PORT: z.coerce.number().int().min(0).max(65535),
   HOST: z.string().default('0.0.0.0'),
-  /** When set, GET /metrics is also served here (on HOST) without a token, for a scraper in the private network. */
+  /** When set, GET /metrics is also served here (on METRICS_HOST) without a token, for a scraper in the private network. */
   METRICS_PORT: z.coerce.number().int().min(0).max(65535).optional(),
+  /**
+   * Where METRICS_PORT listens. Loopback unless told otherwise: a port that answers without a
+   * token must be opened to the network on purpose (compose does, for Prometheus on its network).
+   */
+  METRICS_HOST: z.string().min(1).default('127.0.0.1'),
   KAFKA_BROKERS: csv,
   KAFKA_TOPIC_PREFIX: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/).default('labelflow'),
   KAFKA_TOPIC_PARTITIONS: z.coerce.number().int().min(1).max(1000).default(6),

@@ -99,11 +99,12 @@ describe('service-kit: loadConfig', () => {
     }
   });
 
-  it('refuses a development shared secret in production, and takes it elsewhere', () => {
+  it('takes a development shared secret only where NODE_ENV says development or test', () => {
     const secret = 'a-development-secret-of-at-least-32-bytes';
-    expect(loadConfig(BaseConfig, { ...validEnv, AUTH_DEV_SHARED_SECRET: secret })).toMatchObject({ AUTH_DEV_SHARED_SECRET: secret });
+    for (const NODE_ENV of ['development', 'test']) expect(loadConfig(BaseConfig, { ...validEnv, AUTH_DEV_SHARED_SECRET: secret, NODE_ENV })).toMatchObject({ AUTH_DEV_SHARED_SECRET: secret });
     const refused = failure({ ...validEnv, AUTH_DEV_SHARED_SECRET: secret, NODE_ENV: 'production' });
-    expect(refused.details).toEqual(['AUTH_DEV_SHARED_SECRET: refused when NODE_ENV=production; give the identity provider\'s public keys']);
+    expect(refused.details).toEqual(['AUTH_DEV_SHARED_SECRET: accepted only with NODE_ENV=development or test (NODE_ENV is "production"); give the identity provider\'s public keys']);
+    expect(failure({ ...validEnv, AUTH_DEV_SHARED_SECRET: secret }).details).toEqual(['AUTH_DEV_SHARED_SECRET: accepted only with NODE_ENV=development or test (NODE_ENV is unset); give the identity provider\'s public keys']);
     expect(loadConfig(BaseConfig, { ...validEnv, NODE_ENV: 'production' })).toMatchObject({ NODE_ENV: 'production' });
   });
 

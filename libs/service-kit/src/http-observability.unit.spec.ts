@@ -76,7 +76,7 @@ describe('service-kit: /metrics for scrapers (METRICS_PORT)', () => {
     expect(other.json()).toMatchObject({ error: { code: 'NOT_FOUND' } });
   });
 
-  it('reads METRICS_PORT as an optional port', () => {
+  it('reads METRICS_PORT as an optional port, served on loopback unless METRICS_HOST says otherwise', () => {
     const env = {
       PORT: '3001',
       KAFKA_BROKERS: 'k:9092',
@@ -89,6 +89,8 @@ describe('service-kit: /metrics for scrapers (METRICS_PORT)', () => {
     expect(loadConfig(BaseConfig, env).METRICS_PORT).toBeUndefined();
     expect(loadConfig(BaseConfig, { ...env, METRICS_PORT: '9464' }).METRICS_PORT).toBe(9464);
     expect(() => loadConfig(BaseConfig, { ...env, METRICS_PORT: '70000' })).toThrow(/METRICS_PORT/);
+    expect(loadConfig(BaseConfig, env).METRICS_HOST).toBe('127.0.0.1');
+    expect(loadConfig(BaseConfig, { ...env, METRICS_HOST: '0.0.0.0' }).METRICS_HOST).toBe('0.0.0.0');
   });
 });
 

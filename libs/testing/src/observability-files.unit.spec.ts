@@ -218,6 +218,8 @@ describe('the observability files of the compose stack', () => {
     for (const app of APP_SERVICES) {
       const env = envOf(app);
       expect(env.get('METRICS_PORT'), app).toBe('9464');
+      // Loopback is the default: Prometheus in another container reaches it only on the compose network's address.
+      expect(env.get('METRICS_HOST'), app).toBe('0.0.0.0');
       expect(env.get('OTEL_EXPORTER_OTLP_ENDPOINT'), app).toBe('http://otel-collector:4318');
     }
   });

@@ -69,7 +69,7 @@ async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise
 async function listenForScrapers<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, port: number): Promise<string> {
   const scrape = createMetricsApp({ logger: ctx.logger, metrics: ctx.metrics });
   lifecycle.add({ name: 'metrics-http', close: () => scrape.close() });
-  return scrape.listen({ port, host: ctx.config.HOST });
+  return scrape.listen({ port, host: ctx.config.METRICS_HOST });
 }
 
 /**
