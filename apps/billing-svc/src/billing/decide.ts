@@ -1,4 +1,4 @@
-import type { AnnotatorId, BillingCompleted, BillingEvent, BillingFailed, BillingFailureReason, BillingRefunded, QaPassed, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
+import { ActorName, type AnnotatorId, type BillingCompleted, type BillingEvent, type BillingFailed, type BillingFailureReason, type BillingRefunded, type QaPassed, type TaskCancelled, type TaskId, type TaskReopened } from '@labelflow/contracts';
 import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
 import { billingOf, BillingStatus, evolve, isMachine, MAX_AMOUNT, payoutOf, priceFor, type AttemptBilling, type BillingTaskState } from './state';
 
@@ -155,9 +155,14 @@ const refund = (billing: AttemptBilling, reason: BillingRefunded['payload']['rea
   payload: { annotatorId: billing.annotatorId, amount: billing.amount, reason, ...(refundedBy ? { refundedBy } : {}) },
 });
 
-/** A cancelled task keeps nothing billed: every completed attempt is refunded. */
+/**
+ * A cancelled task keeps nothing billed: every completed attempt is refunded. TaskCancelled's
+ * `cancelledBy` is free text in its contract, `refundedBy` an actor name: one that is not a name
+ * is left out rather than let the refund fail its schema and be dead-lettered.
+ */
 function refundAll(event: EventDraft<TaskCancelled>, state: BillingTaskState): BillingDecision {
-  return accept(...state.billings.filter((b) => b.status === BillingStatus.completed).map((b) => refund(b, 'TASK_CANCELLED', event.payload.cancelledBy)));
+  const by = ActorName.safeParse(event.payload.cancelledBy);
+  return accept(...state.billings.filter((b) => b.status === BillingStatus.completed).map((b) => refund(b, 'TASK_CANCELLED', by.success ? by.data : undefined)));
 }
 
 /** A billed attempt that a newer attempt replaced (a race between a reopen and an approval) is refunded. */

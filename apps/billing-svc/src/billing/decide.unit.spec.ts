@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { AnnotatorId, ProjectId, QaPassed, ReviewerId, TaskCancelled, TaskId, TaskReopened } from '@labelflow/contracts';
+import { BillingRefunded, type AnnotatorId, type ProjectId, type QaPassed, type ReviewerId, type TaskCancelled, type TaskId, type TaskReopened } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
 import { deciderSpec } from '@labelflow/testing';
 import { billingDecider, noFaults, type BillingCommand, type BillingDecision, type BillingFaults } from './decide';
@@ -124,6 +124,13 @@ describe('billing-svc: compensations', () => {
     expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingRefunded', payload: { annotatorId: ann, amount: 500, reason: 'TASK_CANCELLED', refundedBy: 'admin' } }] });
     expect(after.project?.balance).toBe(1_000);
     expect(after.billings.map((b) => b.status)).toEqual(['refunded']);
+  });
+
+  it('still refunds a cancellation whose canceller is not an actor name, leaving refundedBy out rather than fail the refund schema', () => {
+    const odd: EventDraft<TaskCancelled> = { ...cancelled(), payload: { ...cancelled().payload, cancelledBy: 'Jane Doe' } };
+    const { decision } = run(completed(given(project(1_000))), observe(odd));
+    expect(decision).toEqual({ ok: true, events: [{ ...envelope(1), type: 'BillingRefunded', payload: { annotatorId: ann, amount: 500, reason: 'TASK_CANCELLED' } }] });
+    if (decision.ok) expect(BillingRefunded.safeParse({ ...decision.events[0], taskId: '7000000000000000001', id: '7000000000000000002', occurredAt: new Date(0).toISOString(), producer: 'billing-svc' }).error).toBeUndefined();
   });
 
   it('refunds nothing twice: a second cancellation finds nothing billed', () => {

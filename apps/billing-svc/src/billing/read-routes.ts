@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
-import { Permission, projectsWith } from '@labelflow/auth';
+import { can, Permission, projectsWith, type Principal } from '@labelflow/auth';
 import { AnnotatorId, TaskId } from '@labelflow/contracts';
 import { decodeCursor, encodeCursor, guard, HttpError, PageQuery, parseInput, type ServiceContext } from '@labelflow/service-kit';
 import type { BillingSvcConfig } from '../config';
@@ -12,6 +12,16 @@ const TaskParams = z.object({ taskId: TaskId });
 const PayoutQuery = z.object({ ...PageQuery });
 
 const toEntryView = ({ createdAt, ...e }: LedgerRecord) => ({ ...e, createdAt: createdAt.toISOString() });
+
+/**
+ * A credit's `actor` is the reviewer who approved it: the annotator herself sees her pay, not who
+ * judged her (the review view hides the reviewer from her too). Kept for whoever holds people.read
+ * in the entry's project, and when it names the caller.
+ */
+const payoutView = (principal: Principal, e: LedgerRecord) => {
+  const { actor, ...view } = toEntryView(e);
+  return actor === null || actor === principal.subject || can(principal, Permission.peopleRead, e.projectId) ? { ...view, actor } : view;
+};
 export const toBillingView = ({ createdAt, ...b }: BillingRecord) => ({ ...b, createdAt: createdAt.toISOString() });
 
 /** What billing moved, read back: an annotator's payouts, and a task's billings with their ledger entries. */
@@ -29,12 +39,12 @@ export function billingReadRoutes(app: FastifyInstance, ctx: ServiceContext<Bill
     const after = cursor === undefined ? undefined : decodeCursor(LedgerListPosition, cursor);
     const [balances, { items, next }] = await Promise.all([
       everything ? loadPayoutBalances(ctx.pool, annotatorId) : Promise.resolve(undefined),
-      budgets.pageOfAnnotator(ctx.pool, { annotatorId, kind: 'credit', projectIds, limit, ...(after ? { afterId: after.afterId } : {}) }),
+      budgets.pageOfAnnotator(ctx.pool, { annotatorId, projectIds, limit, ...(after ? { afterId: after.afterId } : {}) }),
     ]);
     // A manager who never paid her learns nothing about her, not even that she exists.
     if (!everything && after === undefined && items.length === 0) throw new HttpError(404, 'ANNOTATOR_NOT_FOUND', `no payouts of ${annotatorId} you may see`);
     const currencies = await budgets.currencies(ctx.pool, items.map((e) => e.projectId));
-    const entries = items.map((e) => ({ ...toEntryView(e), currency: currencies.get(e.projectId) ?? null }));
+    const entries = items.map((e) => ({ ...payoutView(principal, e), currency: currencies.get(e.projectId) ?? null }));
     return { annotatorId, ...(balances === undefined ? {} : { balances }), entries, nextCursor: next === null ? null : encodeCursor(next) };
   });
 

@@ -163,10 +163,11 @@ describe('billing-svc project routes, answered in-process', () => {
   });
 
   describe('GET /annotators/:annotatorId/payouts', () => {
-    it('shows the annotator her balance in each currency and every credit, page by page', async () => {
+    it('shows the annotator her balance in each currency and every credit, page by page, without the reviewer who approved it', async () => {
       const first = await svc.http(people().annotator).get<Payouts>('/annotators/ann-1/payouts?limit=1');
       expect(first.status).toBe(200);
-      expect(first.body).toMatchObject({ annotatorId: 'ann-1', balances: { USD: 2 * price }, entries: [{ kind: 'credit', taskId: billed[0], amount: price, currency: 'USD', actor: 'rev-1' }] });
+      expect(first.body).toMatchObject({ annotatorId: 'ann-1', balances: { USD: 2 * price }, entries: [{ kind: 'credit', taskId: billed[0], amount: price, currency: 'USD' }] });
+      expect(first.body.entries[0]).not.toHaveProperty('actor');
       const second = await svc.http(people().annotator).get<Payouts>(`/annotators/ann-1/payouts?limit=1&cursor=${first.body.nextCursor}`);
       expect(second.body.entries.map((e) => e.taskId)).toEqual([billed[1]]);
       expect(second.body.nextCursor).toBeNull();
@@ -176,7 +177,22 @@ describe('billing-svc project routes, answered in-process', () => {
       const seen = await svc.http(people().manager).get<Payouts>('/annotators/ann-1/payouts');
       expect(seen.status).toBe(200);
       expect(seen.body.entries).toHaveLength(2);
+      expect(seen.body.entries.map((e) => e.actor)).toEqual(['rev-1', 'rev-1']);
       expect(seen.body).not.toHaveProperty('balances');
+    });
+
+    it('lists the reversal that undid a credit after it, so the entries add up to what she is owed', async () => {
+      const undone = freshSnowflake();
+      await svc.plant('QaPassed', { taskId: undone, projectId: project.projectId, attempt: 1 }, { annotatorId: 'ann-undone', reviewerId: 'rev-1' });
+      await eventually(async () => expect((await svc.http(as.admin()).get<TaskBilling>(`/tasks/${undone}/billing`)).body.billings).toHaveLength(1));
+      await svc.plant('TaskCancelled', { taskId: undone, projectId: project.projectId, attempt: 1 }, { reason: 'withdrawn', cancelledBy: 'mgr-1', previousStatus: 'completed' });
+      await eventually(async () => expect((await svc.http(as.admin()).get<TaskBilling>(`/tasks/${undone}/billing`)).body.billings[0]?.status).toBe('refunded'));
+
+      const seen = await svc.http(people().manager).get<Payouts>('/annotators/ann-undone/payouts');
+      expect(seen.body.entries.map((e) => [e.kind, e.amount])).toEqual([['credit', price], ['reversal', price]]);
+      const own = await svc.http(as.annotator('ann-undone', project.projectId)).get<Payouts>('/annotators/ann-undone/payouts');
+      expect(own.body.balances).toEqual({ USD: 0 });
+      expect(own.body.entries.reduce((sum, e) => sum + (e.kind === 'reversal' ? -e.amount : e.amount), 0)).toBe(0);
     });
 
     it('answers an annotator never paid, asking about herself, with no balances and no entries', async () => {
