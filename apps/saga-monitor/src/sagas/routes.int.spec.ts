@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { topicName, topicOf, type DomainEvent } from '@labelflow/contracts';
 import { buildService, loadConfig, type BuiltService } from '@labelflow/service-kit';
@@ -18,7 +18,7 @@ interface TimelineView {
   readonly attempts: readonly { attempt: number; ended: string | null }[];
   readonly events: readonly { type: string; attempt: number; service: string; kind: string; details: string; traceId: string | null; traceUrl: string | null }[];
   readonly watches: readonly { step: string; attempt: number; alerting: boolean }[];
-  readonly deadLetters: readonly { service: string; code: string; reason: string; source: string | null }[];
+  readonly deadLetters: readonly { service: string; code: string; reason?: string; source?: string | null }[];
 }
 interface AlertsView {
   readonly alerts: readonly { taskId: string; step: string; attempt: number; alerting: boolean }[];
@@ -119,7 +119,12 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
         expect(found.deadLetters).toHaveLength(1);
         return found;
       });
-      expect(saga.deadLetters).toEqual([expect.objectContaining({ service: 'label-svc', code: 'DECODE_FAILED', reason: 'not JSON', source: `${svc.prefix}.task-events/0@41` })]);
+      expect(saga.deadLetters).toEqual([expect.objectContaining({ service: 'label-svc', code: 'DECODE_FAILED' })]);
+      // The consumer's error text and the DLQ coordinates are for the admins who replay it.
+      expect(saga.deadLetters[0]).not.toHaveProperty('reason');
+      expect(saga.deadLetters[0]).not.toHaveProperty('source');
+      const asAdmin = (await svc.http(as.admin()).get<TimelineView>(`/sagas/${reworked}`)).body;
+      expect(asAdmin.deadLetters).toEqual([expect.objectContaining({ service: 'label-svc', code: 'DECODE_FAILED', reason: 'not JSON', source: `${svc.prefix}.task-events/0@41` })]);
     });
 
     it('answers 401 without a token, 403 to an annotator of the project, 404 to another project and to an unknown task', async () => {
@@ -186,6 +191,16 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
       expect(page.headers.get('content-type')).toMatch(/^text\/html/);
       expect(page.body).toContain('id="timeline"');
       expect(page.body).not.toContain(reworked);
+    });
+
+    it('allows only its own inline script, by hash, and calls to its own origin', async () => {
+      const page = await svc.http(null).get<string>('/ui');
+      const policy = page.headers.get('content-security-policy') ?? '';
+      const script = /<script>([\s\S]*?)<\/script>/.exec(page.body)?.[1] ?? '';
+      expect(policy).toContain(`script-src 'sha256-${createHash('sha256').update(script).digest('base64')}'`);
+      expect(policy).toContain("default-src 'none'");
+      expect(policy).toContain("connect-src 'self'");
+      expect(policy).toContain("frame-ancestors 'none'");
     });
 
     it('links an event to the trace it travelled in, in Jaeger', async () => {

@@ -7,7 +7,7 @@ import type { SagaMonitorConfig } from '../config';
 import { deadLettersOf } from './dead-letters';
 import { findSaga, overdueWatches, sagaEvents, sagaWatches, searchSagas, type EventDbRow, type SagaView, type StuckRow } from './repository';
 import { describe, EventKind, kindOf } from './timeline';
-import { renderPage } from './ui';
+import { pageSecurityPolicy, renderPage } from './ui';
 
 const TaskParams = z.object({ taskId: TaskId });
 const SearchQuery = z.object({
@@ -74,9 +74,10 @@ const stuckView = (w: StuckRow) => ({
 export function sagaRoutes(app: FastifyInstance, ctx: ServiceContext<SagaMonitorConfig>): void {
   const traceUrl = (traceId: string | null) => (traceId && ctx.config.JAEGER_URL ? `${ctx.config.JAEGER_URL.replace(/\/+$/, '')}/trace/${traceId}` : null);
   const page = renderPage();
+  const policy = pageSecurityPolicy(page);
 
   // The page holds no data: it asks for a token and sends it with every call below.
-  app.get('/ui', async (_request, reply) => reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').header('x-frame-options', 'DENY').send(page));
+  app.get('/ui', async (_request, reply) => reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').header('x-frame-options', 'DENY').header('content-security-policy', policy).send(page));
 
   app.get('/sagas/alerts', async (request) => {
     const { limit } = parseInput(AlertsQuery, request.query, 'query');
@@ -116,8 +117,17 @@ export function sagaRoutes(app: FastifyInstance, ctx: ServiceContext<SagaMonitor
         payload: e.payload,
       })),
       watches: watches.map((w) => ({ step: w.step, attempt: w.attempt, since: w.since, dueAt: w.dueAt, alerting: w.alertedAt !== null, alertedAt: w.alertedAt })),
-      // What a service's consumer could not process; `npm run dlq -- replay` sends one back.
-      deadLetters: deadLetters.map((d) => ({ service: d.service, topic: d.topic, id: `${d.partition}:${d.offset}`, eventId: d.eventId, eventType: d.eventType, code: d.code, reason: d.reason, source: d.source, failedAt: d.failedAt })),
+      // What a service's consumer could not process; `npm run dlq -- replay` sends one back. The
+      // reason is the consumer's error text (SQL, schema paths) and the coordinates are the DLQ's:
+      // for the platform admins who run the replay, not for a project's people.
+      deadLetters: deadLetters.map((d) => ({
+        service: d.service,
+        eventId: d.eventId,
+        eventType: d.eventType,
+        code: d.code,
+        failedAt: d.failedAt,
+        ...(request.principal.admin ? { topic: d.topic, id: `${d.partition}:${d.offset}`, reason: d.reason, source: d.source } : {}),
+      })),
     };
   });
 }

@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * The saga timeline page: one self-contained HTML document, no framework and no external asset, so
  * it loads at once and works offline on a laptop. It holds no data: the token typed into it stays
@@ -166,7 +168,7 @@ export function renderPage(): string {
       dead.appendChild(el('h2', 'Dead letters'));
       var dl2 = el('ul');
       saga.deadLetters.forEach(function (d) {
-        var li = el('li', (d.failedAt ? time(d.failedAt) + ' ' : '') + d.service + ' could not process ' + (d.eventType || 'a message') + ': ' + d.code + ' ' + d.reason + ' (' + d.topic + ' ' + d.id + ')');
+        var li = el('li', (d.failedAt ? time(d.failedAt) + ' ' : '') + d.service + ' could not process ' + (d.eventType || 'a message') + ': ' + d.code + (d.reason ? ' ' + d.reason + ' (' + d.topic + ' ' + d.id + ')' : ''));
         li.className = 'dead-letter';
         dl2.appendChild(li);
       });
@@ -238,4 +240,17 @@ export function renderPage(): string {
 </body>
 </html>
 `;
+}
+
+/**
+ * The page's Content-Security-Policy: its one inline script by hash, its inline styles, calls to
+ * its own origin only, nothing else, and no framing. The page writes data with textContent; the
+ * policy is what still holds if a later change ever slips markup in, so the token in
+ * sessionStorage cannot be read by a script the page did not ship.
+ */
+export function pageSecurityPolicy(page: string): string {
+  const script = /<script>([\s\S]*?)<\/script>/.exec(page)?.[1];
+  if (script === undefined) throw new Error('the monitor page has no inline script to allow');
+  const hash = createHash('sha256').update(script, 'utf8').digest('base64');
+  return [`default-src 'none'`, `script-src 'sha256-${hash}'`, `style-src 'unsafe-inline'`, `connect-src 'self'`, `base-uri 'none'`, `form-action 'none'`, `frame-ancestors 'none'`].join('; ');
 }
