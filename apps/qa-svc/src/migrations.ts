@@ -70,4 +70,11 @@ DROP INDEX reviews_status;`,
     // Rows of attempts billed before this column existed stay false: nothing recorded which were.
     sql: 'ALTER TABLE reviews ADD COLUMN billed boolean NOT NULL DEFAULT false;',
   },
+  {
+    version: 8,
+    name: 'annotators whose attempt a reopen ended',
+    // Four eyes also against a labeller whose labels qa-svc never saw (they arrived after the
+    // reopen and were stale). Tasks reopened before this column existed start with none.
+    sql: "ALTER TABLE review_tasks ADD COLUMN former_annotators text[] NOT NULL DEFAULT '{}';",
+  },
 ];

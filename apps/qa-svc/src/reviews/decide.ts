@@ -1,6 +1,6 @@
 import type { LabelSubmitted, QaEvent, ReviewerId, TaskId } from '@labelflow/contracts';
 import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
-import { CloseReason, knownAttempt, latestReview, reviewOf, ReviewStatus, type Review, type ReviewDeadlineSet, type ReviewObservedEvent, type ReviewTaskState } from './state';
+import { CloseReason, knownAttempt, latestReview, reviewOf, ReviewStatus, workedOn, type Review, type ReviewDeadlineSet, type ReviewObservedEvent, type ReviewTaskState } from './state';
 
 export const ReviewDecision = { approve: 'approve', reject: 'reject' } as const;
 export type ReviewDecision = (typeof ReviewDecision)[keyof typeof ReviewDecision];
@@ -105,8 +105,8 @@ function decideReview(command: Extract<ReviewCommand, { type: 'DecideReview' }>,
   }
   const closed = undecidable(review);
   if (closed) return closed;
-  // Four eyes: whoever labelled any attempt of the task never judges it, not even a later attempt.
-  if (state.reviews.some((r) => String(r.annotatorId) === String(command.reviewerId))) {
+  // Four eyes: whoever labelled or held any attempt of the task never judges it, not even a later attempt.
+  if (workedOn(state, String(command.reviewerId))) {
     return reject('SELF_REVIEW', `${command.reviewerId} labelled this task and may not review it`);
   }
   const base = { taskId: command.taskId, projectId: review.projectId, attempt: review.attempt, version: 1 } as const;

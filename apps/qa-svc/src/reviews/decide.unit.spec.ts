@@ -172,6 +172,18 @@ describe('qa-svc: deciding reviews', () => {
     expect(decide(approve(), state)).toEqual({ ok: true, events: [qaPassed(2, bob)] });
   });
 
+  it('refuses with SELF_REVIEW a reviewer whose labels for an ended attempt arrived after its reopen and were stale', () => {
+    // alice's lease ran out while her labels waited in label-svc's outbox: the reopen came first.
+    const leaseExpired: EventDraft<TaskReopened> = { ...taskReopened(2), payload: { reason: 'LEASE_EXPIRED', previousAttempt: 1, previousAnnotatorId: alice } };
+    const reopened = given(leaseExpired);
+    expect(rejectionCode(decide(open(1, t0, alice), reopened))).toBe('STALE_ATTEMPT');
+    const state = given(leaseExpired, opened(2, bob));
+    const asAlice: ReviewCommand = { type: 'DecideReview', taskId, reviewerId: String(alice) as ReviewerId, decision: 'approve' };
+
+    expect(rejectionCode(decide(asAlice, state))).toBe('SELF_REVIEW');
+    expect(decide(approve(), state)).toEqual({ ok: true, events: [qaPassed(2, bob)] });
+  });
+
   it.each([
     ['timed out', [opened(1), qaTimedOut(1)]],
     ['revoked after a billing failure', [opened(1), qaPassed(1), billingFailed(1)]],

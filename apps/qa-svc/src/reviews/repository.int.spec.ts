@@ -196,8 +196,8 @@ describe('qa-svc review repository', () => {
     expect(await decidedAt(taskId, 1)).toEqual(firstDecision);
 
     const revoked = review(1, { status: 'revoked', reviewerId: 'rev-1' as ReviewerId, closeReason: 'SUPERSEDED' });
-    await write(taskId, (s) => ({ ...s, reopenedAttempt: 2, reviews: [revoked, review(2, { annotatorId: 'ann-2' as AnnotatorId })] }));
-    expect(await read(taskId)).toEqual({ ...emptyState(taskId), reopenedAttempt: 2, reviews: [revoked, review(2, { annotatorId: 'ann-2' as AnnotatorId })] });
+    await write(taskId, (s) => ({ ...s, reopenedAttempt: 2, formerAnnotators: ['ann-1' as AnnotatorId], reviews: [revoked, review(2, { annotatorId: 'ann-2' as AnnotatorId })] }));
+    expect(await read(taskId)).toEqual({ ...emptyState(taskId), reopenedAttempt: 2, formerAnnotators: ['ann-1'], reviews: [revoked, review(2, { annotatorId: 'ann-2' as AnnotatorId })] });
     expect((await decidedAt(taskId, 1))!.getTime()).toBeGreaterThanOrEqual(firstDecision!.getTime());
   });
 
@@ -284,14 +284,14 @@ describe('qa-svc review repository', () => {
     expect(await isCancelled(pool, newTaskId())).toBe(false);
   });
 
-  it('records a TaskReopened that arrives before the task has a review, so labels of the older attempt are known to be stale', async () => {
+  it('records a TaskReopened that arrives before the task has a review, so labels of the older attempt are known to be stale and their annotator may not review', async () => {
     const taskId = newTaskId();
     await withTransaction(pool, async (tx) => {
       const before = (await loadReviewsForUpdate(tx, [taskId])).get(taskId)!;
       const after = evolve(before, { type: 'TaskReopened', version: 1, taskId, projectId, attempt: 3, payload: { reason: 'LEASE_EXPIRED', previousAttempt: 2, previousAnnotatorId: 'ann-1' as AnnotatorId } });
       await saveReviewsMany(tx, [{ before, after }]);
     });
-    expect(await read(taskId)).toEqual({ ...emptyState(taskId), reopenedAttempt: 3 });
+    expect(await read(taskId)).toEqual({ ...emptyState(taskId), reopenedAttempt: 3, formerAnnotators: ['ann-1'] });
   });
 
   it("claims the tasks whose latest review is pending past its deadline, oldest first, each for one sweeper at a time", async () => {
@@ -341,11 +341,13 @@ describe('qa-svc batch statements under generic plans', () => {
     const scans = await withTransaction(pool, (tx) =>
       seqScansOf(tx, ['review_tasks', 'reviews'], async () => {
         const batch = await loadReviewsForUpdate(tx, ['17', '1234'] as TaskId[]);
-        await saveReviewsMany(tx, [...batch.values()].map((before) => ({ before, after: { ...before, reopenedAttempt: 2 } })));
+        await saveReviewsMany(tx, [...batch.values()].map((before) => ({ before, after: { ...before, reopenedAttempt: 2, formerAnnotators: before.taskId === '17' ? ['ann-1' as AnnotatorId] : ['ann-1' as AnnotatorId, 'ann "2"' as AnnotatorId] } })));
       }),
     );
     expect(scans).toEqual({ review_tasks: 0, reviews: 0 });
     const rows = await pool.query<{ reopened_attempt: number }>(`SELECT reopened_attempt FROM review_tasks WHERE task_id IN ('17', '1234')`);
     expect(rows.rows).toEqual([{ reopened_attempt: 2 }, { reopened_attempt: 2 }]);
+    const loaded = await withTransaction(pool, (tx) => loadReviewsForUpdate(tx, ['17', '1234'] as TaskId[]));
+    expect([loaded.get('17')?.formerAnnotators, loaded.get('1234')?.formerAnnotators]).toEqual([['ann-1'], ['ann-1', 'ann "2"']]);
   });
 });

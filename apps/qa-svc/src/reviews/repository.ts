@@ -18,6 +18,7 @@ export interface ReviewRow {
 }
 interface ReviewTaskRow {
   reopened_attempt: number;
+  former_annotators: string[];
   cancelled_at: Date | null;
 }
 
@@ -44,7 +45,7 @@ const reviewUpsertSet = `status = EXCLUDED.status, reviewer_id = EXCLUDED.review
  * first, so they serialize even before the task has a review, and never deadlock each other.
  */
 export async function loadReviews(db: Queryable, taskId: TaskId, lock = true): Promise<ReviewTaskState> {
-  const read = () => db.query<ReviewTaskRow>(`SELECT reopened_attempt, cancelled_at FROM review_tasks WHERE task_id = $1${lock ? ' FOR UPDATE' : ''}`, [taskId]);
+  const read = () => db.query<ReviewTaskRow>(`SELECT reopened_attempt, former_annotators, cancelled_at FROM review_tasks WHERE task_id = $1${lock ? ' FOR UPDATE' : ''}`, [taskId]);
   let task = await read();
   // A task this service has seen (every one a decision is made on) has its row: one statement.
   if (lock && task.rows.length === 0) {
@@ -53,7 +54,7 @@ export async function loadReviews(db: Queryable, taskId: TaskId, lock = true): P
   }
   const { rows } = await db.query<ReviewRow>('SELECT * FROM reviews WHERE task_id = $1 ORDER BY attempt', [taskId]);
   const row = task.rows[0];
-  return { ...emptyState(taskId), reviews: rows.map(toReview), reopenedAttempt: row?.reopened_attempt ?? 0, cancelled: row?.cancelled_at != null };
+  return { ...emptyState(taskId), reviews: rows.map(toReview), reopenedAttempt: row?.reopened_attempt ?? 0, formerAnnotators: (row?.former_annotators ?? []) as AnnotatorId[], cancelled: row?.cancelled_at != null };
 }
 
 /**
@@ -63,10 +64,10 @@ export async function loadReviews(db: Queryable, taskId: TaskId, lock = true): P
 export async function loadReviewsForUpdate(tx: Queryable, taskIds: readonly TaskId[]): Promise<Map<string, ReviewTaskState>> {
   const ids = pgArray(taskIds);
   await tx.query('INSERT INTO review_tasks (task_id) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (task_id) DO NOTHING', [ids]);
-  const tasks = await tx.query<ReviewTaskRow & { task_id: string }>('SELECT task_id, reopened_attempt, cancelled_at FROM review_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [ids]);
+  const tasks = await tx.query<ReviewTaskRow & { task_id: string }>('SELECT task_id, reopened_attempt, former_annotators, cancelled_at FROM review_tasks WHERE task_id = ANY($1::text[]) ORDER BY task_id FOR UPDATE', [ids]);
   const reviews = await tx.query<ReviewRow & { task_id: string }>('SELECT * FROM reviews WHERE task_id = ANY($1::text[]) ORDER BY task_id, attempt', [ids]);
   const states = new Map<string, ReviewTaskState>(taskIds.map((id) => [id, emptyState(id)]));
-  for (const row of tasks.rows) states.set(row.task_id, { ...states.get(row.task_id)!, reopenedAttempt: row.reopened_attempt, cancelled: row.cancelled_at != null });
+  for (const row of tasks.rows) states.set(row.task_id, { ...states.get(row.task_id)!, reopenedAttempt: row.reopened_attempt, formerAnnotators: row.former_annotators as AnnotatorId[], cancelled: row.cancelled_at != null });
   for (const row of reviews.rows) {
     const state = states.get(row.task_id)!;
     states.set(row.task_id, { ...state, reviews: [...state.reviews, toReview(row)] });
@@ -74,14 +75,19 @@ export async function loadReviewsForUpdate(tx: Queryable, taskIds: readonly Task
   return states;
 }
 
+const taskRowChanged = (before: ReviewTaskState, after: ReviewTaskState): boolean =>
+  after.reopenedAttempt !== before.reopenedAttempt || after.cancelled !== before.cancelled || after.formerAnnotators !== before.formerAnnotators;
+
 /** Saves a batch's changed tasks: one update of their task rows, one upsert of their reviews. */
 export async function saveReviewsMany(tx: Queryable, changes: readonly { readonly before: ReviewTaskState; readonly after: ReviewTaskState }[]): Promise<void> {
-  const marks = changes.filter(({ before, after }) => after.reopenedAttempt !== before.reopenedAttempt || after.cancelled !== before.cancelled).map(({ after }) => after);
+  const marks = changes.filter(({ before, after }) => taskRowChanged(before, after)).map(({ after }) => after);
   if (marks.length > 0) {
+    // The former annotators go as one JSON array per task: unnest cannot take an array of arrays of different lengths.
     await tx.query(
-      `UPDATE review_tasks t SET reopened_attempt = u.reopened_attempt, cancelled_at = CASE WHEN u.cancelled THEN coalesce(t.cancelled_at, now()) END, updated_at = now()
-       FROM unnest($1::text[], $2::int[], $3::boolean[]) AS u(task_id, reopened_attempt, cancelled) WHERE t.task_id = ANY($1::text[]) AND t.task_id = u.task_id`,
-      unnestColumns(marks.map((m) => [m.taskId, m.reopenedAttempt, m.cancelled])),
+      `UPDATE review_tasks t SET reopened_attempt = u.reopened_attempt, cancelled_at = CASE WHEN u.cancelled THEN coalesce(t.cancelled_at, now()) END,
+         former_annotators = ARRAY(SELECT jsonb_array_elements_text(u.former::jsonb)), updated_at = now()
+       FROM unnest($1::text[], $2::int[], $3::boolean[], $4::text[]) AS u(task_id, reopened_attempt, cancelled, former) WHERE t.task_id = ANY($1::text[]) AND t.task_id = u.task_id`,
+      unnestColumns(marks.map((m) => [m.taskId, m.reopenedAttempt, m.cancelled, JSON.stringify(m.formerAnnotators)])),
     );
   }
   const changed = changes.flatMap(({ before, after }) => after.reviews.filter((r) => !before.reviews.includes(r)).map((review) => ({ taskId: after.taskId, review })));
@@ -153,10 +159,10 @@ export async function isCancelled(db: Queryable, taskId: string): Promise<boolea
 
 /** Saves what changed; the caller holds the task's row lock (taken by `loadReviews`). */
 export async function saveReviews(tx: PoolClient, previous: ReviewTaskState, next: ReviewTaskState): Promise<void> {
-  if (next.reopenedAttempt !== previous.reopenedAttempt || next.cancelled !== previous.cancelled) {
+  if (taskRowChanged(previous, next)) {
     await tx.query(
-      `UPDATE review_tasks SET reopened_attempt = $2, cancelled_at = CASE WHEN $3::boolean THEN coalesce(cancelled_at, now()) END, updated_at = now() WHERE task_id = $1`,
-      [next.taskId, next.reopenedAttempt, next.cancelled],
+      `UPDATE review_tasks SET reopened_attempt = $2, cancelled_at = CASE WHEN $3::boolean THEN coalesce(cancelled_at, now()) END, former_annotators = $4::text[], updated_at = now() WHERE task_id = $1`,
+      [next.taskId, next.reopenedAttempt, next.cancelled, pgArray(next.formerAnnotators)],
     );
   }
   for (const review of next.reviews) {

@@ -44,6 +44,12 @@ export interface ReviewTaskState {
    * exists even when no review does (a tombstone), so labels of an older attempt arriving late are stale.
    */
   readonly reopenedAttempt: number;
+  /**
+   * Who held an attempt that a reopen ended (TaskReopened's previousAnnotatorId), in reopen order.
+   * Their labels may never have reached qa-svc (stale after the reopen), yet they may not review
+   * the task: the four-eyes rule counts them with the annotators of its reviews.
+   */
+  readonly formerAnnotators: readonly AnnotatorId[];
   /** Absorbing: once true, later events for the task are ignored and decisions refused. */
   readonly cancelled: boolean;
 }
@@ -63,7 +69,9 @@ export interface ReviewDeadlineSet {
 export type ReviewObservedEvent = EventDraft<TaskReopened | TaskCancelled | BillingFailed | BillingCompleted | BillingRefunded>;
 export type ReviewStateEvent = EventDraft<LabelSubmitted | QaStarted | QaPassed | QaRejected | QaTimedOut> | ReviewObservedEvent | ReviewDeadlineSet;
 
-export const emptyState = (taskId: TaskId): ReviewTaskState => ({ taskId, reviews: [], reopenedAttempt: 0, cancelled: false });
+export const emptyState = (taskId: TaskId): ReviewTaskState => ({ taskId, reviews: [], reopenedAttempt: 0, formerAnnotators: [], cancelled: false });
+/** Whether `who` labelled, or held, any attempt of the task: the four-eyes rule keeps them from reviewing it. */
+export const workedOn = (state: ReviewTaskState, who: string): boolean => state.reviews.some((r) => String(r.annotatorId) === who) || state.formerAnnotators.some((a) => String(a) === who);
 export const latestReview = (state: ReviewTaskState): Review | undefined => state.reviews[state.reviews.length - 1];
 export const reviewOf = (state: ReviewTaskState, attempt: number): Review | undefined => state.reviews.find((r) => r.attempt === attempt);
 /** The newest attempt qa-svc knows of, from a review or from a reopen. */
@@ -107,7 +115,9 @@ export function evolve(state: ReviewTaskState, event: ReviewStateEvent): ReviewT
       return transition(state, event.attempt, ReviewStatus.pending, { status: ReviewStatus.timedOut });
     case 'TaskReopened': {
       if (event.attempt <= state.reopenedAttempt) return state;
-      const reopened = { ...state, reopenedAttempt: event.attempt };
+      const previous = event.payload.previousAnnotatorId;
+      const formerAnnotators = previous === null || state.formerAnnotators.includes(previous) ? state.formerAnnotators : [...state.formerAnnotators, previous];
+      const reopened = { ...state, reopenedAttempt: event.attempt, formerAnnotators };
       // The reopen ends every older attempt. A pass of one is revoked here too, not only on billing's
       // ATTEMPT_SUPERSEDED refund: billing refuses a late approval of a superseded attempt without
       // billing it, and then no refund ever comes.
