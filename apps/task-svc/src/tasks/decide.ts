@@ -1,4 +1,4 @@
-import type { AnnotatorId, ProjectId, TaskId } from '@labelflow/contracts';
+import { isMachineActor, type AnnotatorId, type ProjectId, type TaskId } from '@labelflow/contracts';
 import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
 import type { BillingCompleted, BillingFailed, QaRejected, QaTimedOut, ReopenReason, TaskCancelled, TaskCompleted, TaskEvent, TaskFailed, TaskReopened } from '@labelflow/contracts';
 import { statusRank, TaskStatus, type ObservedEvent, type TaskState } from './state';
@@ -19,6 +19,7 @@ export const TaskRejections = {
   TASK_CANCELLED: 'TASK_CANCELLED',
   LEASE_NOT_DUE: 'LEASE_NOT_DUE',
   NOT_BILLABLE: 'NOT_BILLABLE',
+  MACHINE_ACTOR_RESERVED: 'MACHINE_ACTOR_RESERVED',
 } as const;
 export type TaskRejection = Rejection<(typeof TaskRejections)[keyof typeof TaskRejections]>;
 export type TaskDecision = Decision<EventDraft<TaskEvent>, TaskRejection>;
@@ -35,6 +36,11 @@ export function decide(command: TaskCommand, state: TaskState | null): TaskDecis
     }
     case 'ClaimTask': {
       if (!state) return reject('TASK_NOT_FOUND', `task ${command.taskId} does not exist`);
+      // label-svc refuses labels from the machine form: a claim under it would hold the task for a
+      // lease nobody could ever label in.
+      if (isMachineActor(command.annotatorId)) {
+        return reject('MACHINE_ACTOR_RESERVED', `${command.annotatorId} has the form of a model's annotator id (model.<name>@<version>), reserved for machine pre-labels`);
+      }
       // Claiming a task you already hold is a no-op, so a retried claim cannot fail its own caller;
       // but not once the lease is over: label-svc refuses the labels from then on, and the
       // sweeper reopens the task, so a 200 would only mislead.

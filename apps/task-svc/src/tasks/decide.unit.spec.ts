@@ -66,6 +66,12 @@ describe('task-svc: claiming a task', () => {
     expect(decision).toEqual({ ok: true, events: [taskAssigned(alice)] });
   });
 
+  it('refuses a claim under the machine form, which label-svc would refuse to take labels from, with MACHINE_ACTOR_RESERVED', () => {
+    const decision = decide(claim('model.cats@1' as AnnotatorId), given(taskCreated()));
+
+    expect(decision).toMatchObject({ ok: false, reason: { code: 'MACHINE_ACTOR_RESERVED' } });
+  });
+
   it('records the assignee and moves the task to assigned when TaskAssigned is folded', () => {
     const state = given(taskCreated(), taskAssigned(alice));
 
