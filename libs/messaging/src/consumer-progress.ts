@@ -74,11 +74,16 @@ export interface ProgressProbe {
  * from the log start where the group is behind it (no commit yet, or retention deleted what it had
  * not read); log starts move only with retention, so they are read once in `LOG_START_EVERY` probes.
  */
+/** Where the group resumes on a partition: its commit, or the log start when it has none or retention deleted past it. */
+const resumesAt = (committed: PartitionOffsets, lows: PartitionOffsets, tp: string): number => Math.max(committed.get(tp) ?? -1, lows.get(tp) ?? 0);
+
 export function createProgressProbe({ source, groupId, topics, everyMs, metrics, log }: ProgressProbeDeps): ProgressProbe {
   const probes: { readonly at: number; readonly highs: PartitionOffsets }[] = [];
   let caughtUp: number | undefined;
   let timer: NodeJS.Timeout | undefined;
   let lows: PartitionOffsets = new Map();
+  /** The commits the last probe read; undefined before the first. */
+  let previous: PartitionOffsets | undefined;
   /** Probes until the log starts are asked for again; 0: the next one asks. */
   let untilLogStart = 0;
 
@@ -94,10 +99,24 @@ export function createProgressProbe({ source, groupId, topics, everyMs, metrics,
     probes.push({ at, highs });
     const committed = await source.committedOffsets(groupId, topics);
     reportLag(highs, lows, committed);
-    while (probes.length > 0 && [...probes[0]!.highs].every(([tp, high]) => high <= 0 || (committed.get(tp) ?? -1) >= high)) {
+    // A partition whose records were all deleted before the group committed there (log start =
+    // high watermark: nothing left to fetch, so nothing is ever committed) is passed too.
+    const passed = (tp: string, high: number) => high <= 0 || resumesAt(committed, lows, tp) >= high;
+    while (probes.length > 0 && [...probes[0]!.highs].every(([tp, high]) => passed(tp, high))) {
       caughtUp = probes.shift()!.at;
       metrics.caughtUpGauge?.set(caughtUp / 1000);
     }
+    // Log starts are read rarely, and one read before a deletion understates where the group
+    // resumes: while a partition holds the oldest probe up with a commit that has not moved since
+    // the last probe, at or below the log start known, read them again.
+    const oldest = probes[0];
+    const stuck = (tp: string, high: number, before: PartitionOffsets) => {
+      const at = committed.get(tp) ?? -1;
+      return !passed(tp, high) && at === (before.get(tp) ?? -1) && at <= (lows.get(tp) ?? 0);
+    };
+    const before = previous;
+    if (oldest && before && [...oldest.highs].some(([tp, high]) => stuck(tp, high, before))) untilLogStart = 0;
+    previous = committed;
     // Bounded: a group far behind keeps only the newest probes, and catches up to those.
     if (probes.length > 120) probes.splice(0, probes.length - 120);
   }
@@ -109,7 +128,7 @@ export function createProgressProbe({ source, groupId, topics, everyMs, metrics,
       // No commit yet (-1) or one below the log start (retention deleted it): the group resumes
       // from the log start, so only what is still on the partition is behind. The high watermark
       // was read before the commits, so a group that moved in between would read negative.
-      const from = Math.max(committed.get(tp) ?? -1, lows.get(tp) ?? 0);
+      const from = resumesAt(committed, lows, tp);
       metrics.lag.set({ group: groupId, topic: tp.slice(0, slash), partition: tp.slice(slash + 1) }, Math.max(0, high - from));
     }
   }

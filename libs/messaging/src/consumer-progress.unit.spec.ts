@@ -106,8 +106,9 @@ describe('the progress probe', () => {
         const highs = new Map([['labelflow.qa-events/0', 100]]);
         return logStart ? { highs, lows: new Map([['labelflow.qa-events/0', low]]) } : { highs };
       },
+      // A group that consumes, slowly: its commit moves on every probe.
       async committedOffsets() {
-        return new Map([['labelflow.qa-events/0', -1]]);
+        return new Map([['labelflow.qa-events/0', asked.length]]);
       },
     };
     const metrics = createMetrics({ service: 'progress-test', defaults: false });
@@ -115,15 +116,50 @@ describe('the progress probe', () => {
     const lag = async () => metricValue(await metrics.render(), 'consumer_lag_messages', { group: 'labelflow.qa-svc', topic: 'labelflow.qa-events', partition: '0' });
     probe.start();
     await vi.advanceTimersByTimeAsync(1_000);
-    expect(await lag()).toBe(100);
+    expect(await lag()).toBe(99);
     // Retention deleted the first 60 messages: seen only once the log starts are read again.
     low = 60;
     await vi.advanceTimersByTimeAsync((LOG_START_EVERY - 1) * 1_000);
     expect(asked).toHaveLength(LOG_START_EVERY);
-    expect(await lag()).toBe(100);
+    expect(await lag()).toBe(100 - LOG_START_EVERY);
     await vi.advanceTimersByTimeAsync(1_000);
     probe.stop();
     expect(await lag()).toBe(40);
     expect(asked.map((a, i) => (a ? i : -1)).filter((i) => i >= 0)).toEqual([0, LOG_START_EVERY]);
+  });
+
+  it('counts a partition whose records were all deleted before the group committed there as passed, so deadlines keep their clock', async () => {
+    const { probe, lag } = setup(() => ({ 'labelflow.task-events': [{ low: 3, high: 3 }, { low: 0, high: 5, committed: 5 }] }));
+    probe.start();
+    await vi.advanceTimersByTimeAsync(2_000);
+    probe.stop();
+    expect(probe.caughtUpTo()).toBeDefined();
+    expect(await lag('labelflow.task-events', 0)).toBe(0);
+  });
+
+  it('reads the log starts again when a partition holds the group up with a commit that does not move, and then sees it passed', async () => {
+    let low = 0;
+    const asked: boolean[] = [];
+    const source: OffsetsSource = {
+      async topicOffsets(_topics, logStart) {
+        asked.push(logStart);
+        const highs = new Map([['labelflow.qa-events/0', 3]]);
+        return logStart ? { highs, lows: new Map([['labelflow.qa-events/0', low]]) } : { highs };
+      },
+      async committedOffsets() {
+        return new Map([['labelflow.qa-events/0', -1]]);
+      },
+    };
+    const metrics = createMetrics({ service: 'progress-test', defaults: false });
+    const probe = createProgressProbe({ source, groupId: 'labelflow.qa-svc', topics: ['labelflow.qa-events'], everyMs: 1_000, metrics: createConsumerMetrics(metrics), log: captureLogs({ service: 'progress-test' }).logger });
+    probe.start();
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(probe.caughtUpTo()).toBeUndefined();
+    // Every record is deleted (retention, deleteRecords) after the first read of the log start.
+    low = 3;
+    await vi.advanceTimersByTimeAsync(3_000);
+    probe.stop();
+    expect(probe.caughtUpTo()).toBeDefined();
+    expect(asked.slice(0, 3)).toEqual([true, false, true]);
   });
 });

@@ -335,4 +335,25 @@ describe('the consumer loop', () => {
     expect(applied).toEqual([1, 2, 3]);
     await eventually(async () => expect(await lag()).toBe(0));
   });
+
+  it('counts a partition whose records were all deleted before the group ever committed there as caught up', async () => {
+    const t = await setup();
+    await send(t.topic, [1, 2, 3]);
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      // kafkajs finds the partition leader only among topics whose metadata it has loaded.
+      await admin.fetchTopicMetadata({ topics: [t.topic] });
+      await admin.deleteTopicRecords({ topic: t.topic, partitions: [{ partition: 0, offset: '-1' }] });
+    } finally {
+      await admin.disconnect();
+    }
+    const applied: number[] = [];
+    const { loop } = await start({ ...t, applied, progressEveryMs: 100 });
+    const started = Date.now();
+    // Nothing is left to fetch, so the group never commits there; the deadlines' clock must still run.
+    await eventually(() => expect(loop.caughtUpTo() ?? 0).toBeGreaterThanOrEqual(started));
+    expect(applied).toEqual([]);
+  });
 });
+
