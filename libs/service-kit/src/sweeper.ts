@@ -47,20 +47,41 @@ export function sweepClock(deps: Pick<SweeperDeps, 'now' | 'caughtUpTo'>): Date 
   return caughtUp < now.getTime() ? new Date(caughtUp) : now;
 }
 
-/** Sweeps once: fires everything due now, batch by batch. Returns how many keys fired. */
+/**
+ * Sweeps once: fires everything due now, batch by batch. Returns how many keys fired.
+ *
+ * Each key fires under a savepoint of the batch's transaction: a key whose firing throws (its row
+ * or its event refused, whatever the cause) is rolled back alone and tried again next sweep, while
+ * the rest of the batch commits. Without it one such key, claimed first every time as the oldest
+ * due, would roll every batch back and hold every deadline behind it for good.
+ */
 export async function sweepOnce(sweeper: Sweeper, deps: SweeperDeps): Promise<number> {
   const batchSize = deps.batchSize ?? 100;
   let total = 0;
   for (;;) {
     const now = sweepClock(deps);
     if (!now) return total;
-    const fired = await withTransaction(deps.pool, async (tx) => {
+    const { claimed, fired, failed } = await withTransaction(deps.pool, async (tx) => {
       const keys = await sweeper.claimDue(tx, batchSize, now);
-      for (const key of keys) await deps.emit(tx, await sweeper.fire(tx, key, now), `deadline:${sweeper.name}:${key}`);
-      return keys.length;
+      const failures: { key: string; error: unknown }[] = [];
+      for (const key of keys) {
+        await tx.query('SAVEPOINT deadline');
+        try {
+          await deps.emit(tx, await sweeper.fire(tx, key, now), `deadline:${sweeper.name}:${key}`);
+          await tx.query('RELEASE SAVEPOINT deadline');
+        } catch (error) {
+          // A connection that failed cannot roll back to anything: the whole sweep fails and retries.
+          await tx.query('ROLLBACK TO SAVEPOINT deadline');
+          failures.push({ key, error });
+        }
+      }
+      return { claimed: keys.length, fired: keys.length - failures.length, failed: failures };
     });
+    for (const { key, error } of failed) deps.logger.warn({ err: error, sweeper: sweeper.name, key }, 'deadline failed to fire; the others fired, it is tried again next sweep');
+    if (failed.length > 0) deps.metrics?.counter('deadlines_failed_total', 'Due deadlines whose firing threw; each is tried again on the next sweep', ['sweeper']).inc({ sweeper: sweeper.name }, failed.length);
     total += fired;
-    if (fired < batchSize) return total;
+    // A full batch may have more behind it, unless nothing of it fired: the same keys would come back.
+    if (claimed < batchSize || fired === 0) return total;
   }
 }
 

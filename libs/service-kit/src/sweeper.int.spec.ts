@@ -1,0 +1,52 @@
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createMetrics } from '@labelflow/telemetry';
+import { captureLogs, freshDatabase, metricValue } from '@labelflow/testing';
+import { createPool } from './db';
+import { sweepOnce, type Sweeper } from './sweeper';
+
+const infra = inject('infra');
+
+describe('a deadline sweep', () => {
+  let pool: pg.Pool;
+  const db = freshDatabase(infra.pgUrl, 'sweeper', (p) => p.query('CREATE TABLE deadlines (key text PRIMARY KEY, due_at timestamptz NOT NULL, fired boolean NOT NULL DEFAULT false)'), {
+    pool: (url) => createPool(url, { max: 2 }),
+  });
+  beforeAll(async () => void (pool = await db.open()));
+  afterAll(() => db.close());
+
+  /** Fires a deadline by marking its row; the key named `poison` throws after writing, every time. */
+  const sweeper: Sweeper = {
+    name: 'test',
+    async claimDue(tx, limit, now) {
+      const { rows } = await tx.query<{ key: string }>('SELECT key FROM deadlines WHERE NOT fired AND due_at <= $1 ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED', [now, limit]);
+      return rows.map((r) => r.key);
+    },
+    async fire(tx, key) {
+      await tx.query('UPDATE deadlines SET fired = true WHERE key = $1', [key]);
+      if (key === 'poison') throw new Error('this deadline cannot fire');
+      return [];
+    },
+  };
+
+  it('fires every due deadline behind one that always throws, rolls that one back alone, and counts it', async () => {
+    // The poison is the oldest: every claim takes it first.
+    await pool.query(`INSERT INTO deadlines (key, due_at) VALUES ('poison', now() - interval '1 hour')`);
+    await pool.query(`INSERT INTO deadlines (key, due_at) SELECT 'k' || g, now() - interval '1 minute' FROM generate_series(1, 5) g`);
+    const logs = captureLogs({ service: 'sweeper-test' });
+    const metrics = createMetrics({ service: 'sweeper-test', defaults: false });
+    const deps = { pool, emit: async () => [], logger: logs.logger, metrics, now: () => new Date(), everyMs: 1_000, batchSize: 2 };
+
+    expect(await sweepOnce(sweeper, deps)).toBe(5);
+
+    const { rows } = await pool.query<{ key: string; fired: boolean }>('SELECT key, fired FROM deadlines ORDER BY key');
+    expect(rows).toEqual([{ key: 'k1', fired: true }, { key: 'k2', fired: true }, { key: 'k3', fired: true }, { key: 'k4', fired: true }, { key: 'k5', fired: true }, { key: 'poison', fired: false }]);
+    // Claimed first in each of the six batches (five with one good key behind it, and the last alone).
+    const failures = logs.lines.filter((l) => String(l.msg).startsWith('deadline failed to fire'));
+    expect(failures).toHaveLength(6);
+    expect(new Set(failures.map((l) => l.key))).toEqual(new Set(['poison']));
+    expect(metricValue(await metrics.render(), 'deadlines_failed_total', { sweeper: 'test' })).toBe(6);
+    // Only the poison is left: the next sweep fires nothing, and ends rather than claiming it forever.
+    expect(await sweepOnce(sweeper, deps)).toBe(0);
+  });
+});
