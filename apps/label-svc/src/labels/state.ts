@@ -113,11 +113,20 @@ export const voidedByBilling = (label: Label): boolean => label.status === Label
  */
 function endedByReopen(label: Label, event: Pick<TaskReopened, 'payload'>): Label {
   if (label.status !== LabelStatus.submitted && label.status !== LabelStatus.accepted) return label;
-  if (label.attempt === event.payload.previousAttempt) {
-    if (event.payload.reason === 'QA_REJECTED' && label.status === LabelStatus.submitted) return toStatus(label, LabelStatus.rejected);
-    if (event.payload.reason === 'QA_TIMED_OUT') return toVoided(label, VoidReason.qaTimedOut);
+  if (label.attempt !== event.payload.previousAttempt) return toVoided(label, VoidReason.superseded);
+  const reason = event.payload.reason;
+  switch (reason) {
+    case 'QA_REJECTED':
+      return label.status === LabelStatus.submitted ? toStatus(label, LabelStatus.rejected) : toVoided(label, VoidReason.superseded);
+    case 'QA_TIMED_OUT':
+      return toVoided(label, VoidReason.qaTimedOut);
+    case 'LEASE_EXPIRED':
+      return toVoided(label, VoidReason.superseded);
+    default: {
+      const unhandled: never = reason;
+      return unhandled;
+    }
   }
-  return toVoided(label, VoidReason.superseded);
 }
 
 /**
