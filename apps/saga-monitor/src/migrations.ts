@@ -85,4 +85,21 @@ CREATE TABLE dead_letters (
 );
 CREATE INDEX dead_letters_task ON dead_letters (task_id) WHERE task_id IS NOT NULL;`,
   },
+  {
+    version: 4,
+    name: 'webhook posts waiting',
+    // An alert's webhook post, queued in the statement that takes its notice, gone once the
+    // receiver took it or it was given up: a crash between the two posts it after the restart.
+    // The lease keeps two instances from posting one row at once; alert_key keeps one alert's
+    // posts in order (a resolved never before its firing).
+    sql: `
+CREATE TABLE saga_webhooks (
+  id           bigint      PRIMARY KEY,
+  alert_key    text        NOT NULL,
+  body         jsonb       NOT NULL,
+  leased_until timestamptz,
+  created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX saga_webhooks_alert ON saga_webhooks (alert_key, id);`,
+  },
 ];

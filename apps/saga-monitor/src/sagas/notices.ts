@@ -3,7 +3,6 @@ import type { Logger, Metrics } from '@labelflow/telemetry';
 import { NoticeKind, type Notice } from './record';
 import { activeAlertsByStep, takeNotices } from './repository';
 import { watchedSteps } from './state';
-import type { Webhook } from './webhook';
 
 // Machine steps take milliseconds, human ones (claim, label, review) minutes to days.
 const STEP_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 72 * 3600];
@@ -13,7 +12,8 @@ export interface NoticeDrainDeps {
   readonly pool: Pool;
   readonly logger: Logger;
   readonly metrics: Metrics;
-  readonly webhook?: Webhook;
+  /** Queue each alert's webhook post with its notice (MONITOR_WEBHOOK_URL set; webhook-relay.ts posts them). */
+  readonly queueWebhooks: boolean;
   readonly everyMs: number;
 }
 
@@ -35,19 +35,17 @@ export function sagaMetrics(metrics: Metrics) {
 
 const text = (v: unknown) => (typeof v === 'string' ? v : String(v));
 
-/** Turns committed notices into effects: metrics, a log line, a webhook post. */
-export function applyNotice(notice: Notice, { logger, webhook, m }: { logger: Logger; webhook?: Webhook; m: ReturnType<typeof sagaMetrics> }): void {
+/** Turns committed notices into effects: metrics and a log line (the webhook post was queued as the notice was taken). */
+export function applyNotice(notice: Notice, { logger, m }: { logger: Logger; m: ReturnType<typeof sagaMetrics> }): void {
   const b = notice.body;
   switch (notice.kind) {
     case NoticeKind.alert:
       m.raised.inc({ step: text(b.step) });
       logger.warn({ alert: 'saga-step-overdue', ...b }, `saga step ${text(b.step)} overdue: task ${text(b.taskId)} attempt ${text(b.attempt)}, due ${text(b.dueAt)}`);
-      webhook?.send({ status: 'firing', ...b });
       return;
     case NoticeKind.resolved:
       m.resolved.inc({ step: text(b.step), cause: text(b.cause) });
       logger.info({ alert: 'saga-step-overdue', ...b }, `saga step ${text(b.step)} resolved (${text(b.cause)}): task ${text(b.taskId)} attempt ${text(b.attempt)}`);
-      webhook?.send({ status: 'resolved', ...b });
       return;
     case NoticeKind.latency:
       m.steps.observe({ from: text(b.from), to: text(b.to) }, Number(b.seconds));
@@ -66,8 +64,8 @@ export function applyNotice(notice: Notice, { logger, webhook, m }: { logger: Lo
 export async function drainOnce(deps: NoticeDrainDeps, m: ReturnType<typeof sagaMetrics>): Promise<number> {
   let total = 0;
   for (;;) {
-    const notices = await takeNotices(deps.pool, BATCH);
-    for (const notice of notices) applyNotice(notice, { logger: deps.logger, ...(deps.webhook ? { webhook: deps.webhook } : {}), m });
+    const notices = await takeNotices(deps.pool, BATCH, deps.queueWebhooks);
+    for (const notice of notices) applyNotice(notice, { logger: deps.logger, m });
     total += notices.length;
     if (notices.length < BATCH) break;
   }
@@ -77,9 +75,10 @@ export async function drainOnce(deps: NoticeDrainDeps, m: ReturnType<typeof saga
 }
 
 /**
- * Every `everyMs`: notices committed by the consumer and the sweeper become effects (at most once:
- * a notice is deleted before it is applied), and the gauge of alerting steps is read from the
- * database, so it is right on every instance and after a restart.
+ * Every `everyMs`: notices committed by the consumer and the sweeper become metrics and log lines
+ * (at most once: a notice is deleted before it is applied; its webhook post is queued durably by
+ * that same delete), and the gauge of alerting steps is read from the database, so it is right on
+ * every instance and after a restart.
  */
 export function startNoticeDrain(deps: NoticeDrainDeps, lifecycle: Lifecycle): void {
   const m = sagaMetrics(deps.metrics);
@@ -99,6 +98,5 @@ export function startNoticeDrain(deps: NoticeDrainDeps, lifecycle: Lifecycle): v
     running = false;
     clearTimeout(timer);
     await current;
-    await deps.webhook?.close();
   });
 }

@@ -184,13 +184,59 @@ export async function addDuplicatesDropped(db: Queryable, counts: ReadonlyMap<st
   );
 }
 
-/** Takes up to `limit` notices, oldest first; they are gone once the caller's statement commits. */
-export async function takeNotices(db: Queryable, limit: number): Promise<Notice[]> {
+/**
+ * Takes up to `limit` notices, oldest first; they are gone once the caller's statement commits.
+ * With `queueWebhooks`, the same statement queues each alert's and resolution's webhook post
+ * (saga_webhooks), its notice id as the body's `id`: taken and queued together, or neither.
+ */
+export async function takeNotices(db: Queryable, limit: number, queueWebhooks = false): Promise<Notice[]> {
   const { rows } = await db.query<{ id: string; kind: NoticeKind; body: Record<string, unknown> }>(
-    `DELETE FROM saga_notices WHERE id IN (SELECT id FROM saga_notices ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id, kind, body`,
-    [limit],
+    `WITH taken AS (
+       DELETE FROM saga_notices WHERE id IN (SELECT id FROM saga_notices ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id, kind, body
+     ), queued AS (
+       INSERT INTO saga_webhooks (id, alert_key, body)
+       SELECT id, jsonb_build_array(body->'taskId', body->'step', body->'attempt')::text,
+              body || jsonb_build_object('status', CASE kind WHEN 'alert' THEN 'firing' ELSE 'resolved' END, 'id', id::text)
+         FROM taken WHERE $2::boolean AND kind IN ('alert', 'resolved')
+       ON CONFLICT (id) DO NOTHING
+     )
+     SELECT id, kind, body FROM taken`,
+    [limit, queueWebhooks],
   );
   return rows.sort((a, b) => Number(a.id) - Number(b.id)).map((r) => ({ kind: r.kind, body: r.body }));
+}
+
+export interface QueuedWebhook {
+  readonly id: string;
+  readonly body: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * Leases up to `limit` queued posts for `leaseMs`, oldest first: each the oldest of its alert (so a
+ * resolved waits for its firing to be gone), none another instance holds an unexpired lease on.
+ */
+export async function leaseWebhooks(db: Queryable, limit: number, leaseMs: number): Promise<QueuedWebhook[]> {
+  const { rows } = await db.query<{ id: string; body: Record<string, unknown> }>(
+    `UPDATE saga_webhooks w SET leased_until = now() + $2 * interval '1 millisecond'
+      WHERE w.id IN (
+        SELECT q.id FROM saga_webhooks q
+         WHERE (q.leased_until IS NULL OR q.leased_until < now())
+           AND NOT EXISTS (SELECT 1 FROM saga_webhooks e WHERE e.alert_key = q.alert_key AND e.id < q.id)
+         ORDER BY q.id LIMIT $1 FOR UPDATE SKIP LOCKED)
+      RETURNING w.id, w.body`,
+    [limit, leaseMs],
+  );
+  return rows.sort((a, b) => Number(a.id) - Number(b.id)).map((r) => ({ id: r.id, body: r.body }));
+}
+
+/** Drops posts that were delivered or given up. */
+export async function forgetWebhooks(db: Queryable, ids: readonly string[]): Promise<void> {
+  if (ids.length > 0) await db.query('DELETE FROM saga_webhooks WHERE id = ANY($1::bigint[])', [pgArray(ids)]);
+}
+
+/** Hands leased posts back at once (the monitor closes before it could post them). */
+export async function releaseWebhooks(db: Queryable, ids: readonly string[]): Promise<void> {
+  if (ids.length > 0) await db.query('UPDATE saga_webhooks SET leased_until = NULL WHERE id = ANY($1::bigint[])', [pgArray(ids)]);
 }
 
 /** Alerting watches per step, across every instance: what `saga_alerts_active` shows. */
@@ -294,6 +340,9 @@ export async function pruneEndedSagas(db: Queryable, cutoff: Date, limit: number
        DELETE FROM dead_letters d WHERE (d.topic, d.partition, d."offset") IN (
          SELECT topic, partition, "offset" FROM dead_letters WHERE recorded_at < $1 ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED)
        RETURNING 1
+     ), hooks AS (
+       -- Posts queued while MONITOR_WEBHOOK_URL was set, and never posted since it was unset.
+       DELETE FROM saga_webhooks WHERE created_at < $1
      )
      SELECT (SELECT count(*) FROM ended)::int AS sagas, (SELECT count(*) FROM letters)::int AS dead_letters`,
     [cutoff, limit],

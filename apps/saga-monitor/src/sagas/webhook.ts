@@ -14,14 +14,17 @@ export interface WebhookDeps {
   readonly fetch?: typeof fetch;
 }
 
+/** How a post ended: taken, given up (its tries spent, or refused as wrong), or cut short by close. */
+export type WebhookOutcome = 'delivered' | 'failed' | 'interrupted';
+
 export interface Webhook {
   /**
-   * Posts `body` as JSON in the background, retrying a failure; never throws. Bodies of one alert
-   * (same `taskId`, `step` and `attempt`) go out one at a time in the order sent: a `resolved`
-   * never overtakes the `firing` it resolves, even while that one is being retried.
+   * Posts `body` as JSON, retrying a failure; never rejects. Bodies of one alert (same `taskId`,
+   * `step` and `attempt`) go out one at a time in the order sent: a `resolved` never overtakes the
+   * `firing` it resolves, even while that one is being retried.
    */
-  send(body: Readonly<Record<string, unknown>>): void;
-  /** Stops retrying and waits for the posts under way (each bounded by its timeout). */
+  send(body: Readonly<Record<string, unknown>>): Promise<WebhookOutcome>;
+  /** Stops: the tries under way end (each bounded by its timeout), everything else ends `interrupted`. */
   close(): Promise<void>;
 }
 
@@ -29,10 +32,10 @@ export interface Webhook {
 const retriable = (status: number) => status === 408 || status === 429 || status >= 500;
 
 /**
- * Best-effort delivery of alert notices to an outside receiver (a chat hook, an incident tool):
- * bounded tries with backoff, each with a timeout. A notice that still fails is logged and counted
- * (`saga_webhook_deliveries_total{outcome="failed"}`), never retried later: the metric and the log
- * line already carry the alert.
+ * Posts alert notices to an outside receiver (a chat hook, an incident tool): bounded tries with
+ * backoff, each with a timeout. A notice that still fails is logged and counted
+ * (`saga_webhook_deliveries_total{outcome="failed"}`) and given up: the metric and the log line
+ * already carry the alert. What is durable is the queue in front of it (webhook-relay.ts).
  */
 export function createWebhook(deps: WebhookDeps): Webhook {
   const post = deps.fetch ?? fetch;
@@ -40,9 +43,9 @@ export function createWebhook(deps: WebhookDeps): Webhook {
   const backoff = deps.backoffMs ?? ((retry: number) => Math.min(200 * 2 ** (retry - 1), 5_000) * (0.5 + Math.random()));
   const slots = createSlots(deps.concurrency ?? 8);
   /** The last delivery of each alert: the next body of the same alert waits for it. */
-  const chains = new Map<string, Promise<void>>();
+  const chains = new Map<string, Promise<WebhookOutcome>>();
   const deliveries = deps.metrics?.counter('saga_webhook_deliveries_total', 'Alert notices posted to MONITOR_WEBHOOK_URL, by outcome', ['outcome']);
-  const pending = new Set<Promise<void>>();
+  const pending = new Set<Promise<WebhookOutcome>>();
   const waits = new Set<() => void>();
   let closed = false;
 
@@ -57,20 +60,21 @@ export function createWebhook(deps: WebhookDeps): Webhook {
       waits.add(wake);
     });
 
-  async function deliver(body: Readonly<Record<string, unknown>>): Promise<void> {
+  async function deliver(body: Readonly<Record<string, unknown>>): Promise<WebhookOutcome> {
     let problem = '';
     for (let attempt = 1; attempt <= deps.attempts; attempt++) {
+      // Closed while it waited for its turn or between tries: left for the next start (its row stays queued).
+      if (closed) return 'interrupted';
       if (attempt > 1) {
-        if (closed) break;
         await pause(backoff(attempt - 1));
-        if (closed) break;
+        if (closed) return 'interrupted';
       }
       try {
         const response = await post(deps.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(deps.timeoutMs) });
         await response.body?.cancel();
         if (response.ok) {
           deliveries?.inc({ outcome: 'delivered' });
-          return;
+          return 'delivered';
         }
         problem = `answered ${response.status}`;
         if (!retriable(response.status)) break;
@@ -80,12 +84,14 @@ export function createWebhook(deps: WebhookDeps): Webhook {
     }
     deliveries?.inc({ outcome: 'failed' });
     deps.logger.warn({ status: body.status, taskId: body.taskId, step: body.step, problem }, 'alert webhook not delivered');
+    return 'failed';
   }
 
   return {
     send(body) {
+      if (closed) return Promise.resolve('interrupted');
       const alert = JSON.stringify([body.taskId, body.step, body.attempt]);
-      const delivery = (chains.get(alert) ?? Promise.resolve())
+      const delivery = (chains.get(alert) ?? Promise.resolve<unknown>(undefined))
         .then(() => slots.run(() => deliver(body)))
         .finally(() => {
           pending.delete(delivery);
@@ -93,6 +99,7 @@ export function createWebhook(deps: WebhookDeps): Webhook {
         });
       chains.set(alert, delivery);
       pending.add(delivery);
+      return delivery;
     },
     async close() {
       closed = true;

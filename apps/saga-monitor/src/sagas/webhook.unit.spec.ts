@@ -22,7 +22,7 @@ describe('saga monitor: alert webhook', () => {
     const metrics = createMetrics({ service: 'test', defaults: false });
     const { fetch, bodies } = receiver(204);
     const webhook = createWebhook({ url: 'http://hook.test/', attempts: 3, timeoutMs: 1_000, logger, metrics, fetch, backoffMs: () => 1 });
-    webhook.send({ status: 'firing', taskId: '1', step: 'qa_started' });
+    expect(await webhook.send({ status: 'firing', taskId: '1', step: 'qa_started' })).toBe('delivered');
     await webhook.close();
     expect(bodies).toEqual([{ status: 'firing', taskId: '1', step: 'qa_started' }]);
     expect(metricValue(await metrics.render(), 'saga_webhook_deliveries_total', { outcome: 'delivered' })).toBe(1);
@@ -32,8 +32,8 @@ describe('saga monitor: alert webhook', () => {
     const metrics = createMetrics({ service: 'test', defaults: false });
     const { fetch, bodies } = receiver('down', 503, 500, 200);
     const webhook = createWebhook({ url: 'http://hook.test/', attempts: 3, timeoutMs: 1_000, logger, metrics, fetch, backoffMs: () => 1 });
-    webhook.send({ status: 'resolved', taskId: '1' });
-    await eventually(async () => expect(metricValue(await metrics.render(), 'saga_webhook_deliveries_total', { outcome: 'failed' })).toBe(1));
+    expect(await webhook.send({ status: 'resolved', taskId: '1' })).toBe('failed');
+    expect(metricValue(await metrics.render(), 'saga_webhook_deliveries_total', { outcome: 'failed' })).toBe(1);
     await webhook.close();
     expect(bodies).toHaveLength(3);
   });
@@ -42,7 +42,7 @@ describe('saga monitor: alert webhook', () => {
     const metrics = createMetrics({ service: 'test', defaults: false });
     const { fetch, bodies } = receiver(400);
     const webhook = createWebhook({ url: 'http://hook.test/', attempts: 5, timeoutMs: 1_000, logger, metrics, fetch, backoffMs: () => 1 });
-    webhook.send({ status: 'firing' });
+    void webhook.send({ status: 'firing' });
     await eventually(async () => expect(metricValue(await metrics.render(), 'saga_webhook_deliveries_total', { outcome: 'failed' })).toBe(1));
     await webhook.close();
     expect(bodies).toHaveLength(1);
@@ -51,9 +51,9 @@ describe('saga monitor: alert webhook', () => {
   it("sends an alert's resolved only after its firing, even while the firing is retried, and other alerts meanwhile", async () => {
     const { fetch, bodies } = receiver(503, 200, 200, 200);
     const webhook = createWebhook({ url: 'http://hook.test/', attempts: 3, timeoutMs: 1_000, logger, fetch, backoffMs: () => 20 });
-    webhook.send({ status: 'firing', taskId: '1', step: 'qa_started', attempt: 1 });
-    webhook.send({ status: 'resolved', taskId: '1', step: 'qa_started', attempt: 1 });
-    webhook.send({ status: 'firing', taskId: '2', step: 'qa_started', attempt: 1 });
+    void webhook.send({ status: 'firing', taskId: '1', step: 'qa_started', attempt: 1 });
+    void webhook.send({ status: 'resolved', taskId: '1', step: 'qa_started', attempt: 1 });
+    void webhook.send({ status: 'firing', taskId: '2', step: 'qa_started', attempt: 1 });
     await eventually(() => expect(bodies).toHaveLength(4));
     await webhook.close();
 
@@ -74,9 +74,10 @@ describe('saga monitor: alert webhook', () => {
     }) as unknown as typeof globalThis.fetch;
     const metrics = createMetrics({ service: 'test', defaults: false });
     const webhook = createWebhook({ url: 'http://hook.test/', attempts: 1, timeoutMs: 1_000, logger, metrics, fetch, concurrency: 3 });
-    for (let i = 0; i < 20; i++) webhook.send({ status: 'firing', taskId: String(i), step: 'qa_started', attempt: 1 });
+    const outcomes = await Promise.all(Array.from({ length: 20 }, (_, i) => webhook.send({ status: 'firing', taskId: String(i), step: 'qa_started', attempt: 1 })));
     await webhook.close();
 
+    expect(new Set(outcomes)).toEqual(new Set(['delivered']));
     expect(most).toBe(3);
     expect(metricValue(await metrics.render(), 'saga_webhook_deliveries_total', { outcome: 'delivered' })).toBe(20);
   });
@@ -84,13 +85,15 @@ describe('saga monitor: alert webhook', () => {
   it('stops waiting between tries when the monitor closes', async () => {
     const { fetch, bodies } = receiver(503, 503, 503);
     const webhook = createWebhook({ url: 'http://hook.test/', attempts: 3, timeoutMs: 1_000, logger, fetch, backoffMs: () => 60_000 });
-    webhook.send({ status: 'firing' });
+    const outcome = webhook.send({ status: 'firing' });
     const started = Date.now();
     // Let the first try fail and the backoff begin, then close: the close must not sit out the minute.
-    await new Promise((resolve) => setImmediate(resolve));
+    await eventually(() => expect(bodies).toHaveLength(1));
     await webhook.close();
     expect(Date.now() - started).toBeLessThan(5_000);
-    // Woken by the close, the delivery gives up: no try after it.
+    // Woken by the close, the delivery stops, neither delivered nor given up: its queued row stays for the next start.
+    expect(await outcome).toBe('interrupted');
     expect(bodies).toHaveLength(1);
+    expect(await webhook.send({ status: 'firing' })).toBe('interrupted');
   });
 });
