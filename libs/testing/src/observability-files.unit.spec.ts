@@ -280,7 +280,7 @@ describe('the observability files of the compose stack', () => {
     }
     expect(problems).toEqual([]);
     const expressions = rules.map((r) => String(r.expr)).join('\n');
-    for (const metric of ['saga_alerts_active', 'consumer_dead_lettered_total', 'dedup_breaker_open', 'consumer_lag_messages', 'outbox_oldest_pending_seconds', 'http_requests_total']) {
+    for (const metric of ['saga_alerts_active', 'consumer_dead_lettered_total', 'dedup_breaker_open', 'consumer_lag_messages', 'consumer_caught_up_timestamp_seconds', 'outbox_oldest_pending_seconds', 'outbox_failed_total', 'deadlines_failed_total', 'http_requests_total']) {
       expect(expressions, `an alert on ${metric}`).toContain(metric);
     }
     expect(expressions).toMatch(/increase\(consumer_dead_lettered_total\[5m\]\)/);
