@@ -86,6 +86,9 @@ export function decideStart(command: StartUpload, job: ImportJob | null): { ok: 
     };
   }
   const held = job.status === ImportStatus.running && job.leaseExpiresAt !== null && job.leaseExpiresAt.getTime() > command.now.getTime();
+  // This very upload's hold: its start committed, but the answer to COMMIT was lost and the start
+  // is being retried. It keeps the job as it took it, rather than wait out its own lease.
+  if (held && job.owner === command.owner) return { ok: true, resumed: job.uploads > 1, job: { ...job, leaseExpiresAt, updatedAt: command.now } };
   if (held) return { ok: false, reason: { code: 'IMPORT_IN_PROGRESS', message: `import ${job.importId} is being uploaded right now; retry when that upload has ended` } };
   return { ok: true, resumed: true, job: { ...job, status: ImportStatus.running, uploads: job.uploads + 1, owner: command.owner, leaseExpiresAt, updatedAt: command.now } };
 }

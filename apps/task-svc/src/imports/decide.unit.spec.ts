@@ -24,6 +24,11 @@ describe('starting an upload of an import job', () => {
     expect(decision).toMatchObject({ ok: false, reason: { code: 'IMPORT_IN_PROGRESS' } });
   });
 
+  it('lets the same upload retry its start after the answer to its COMMIT was lost, as one upload', () => {
+    const retried = decideStart(start('upload-1', new Date('2026-01-01T00:00:01Z')), newJob());
+    expect(retried).toMatchObject({ ok: true, resumed: false, job: { owner: 'upload-1', uploads: 1, position: 0, leaseExpiresAt: new Date('2026-01-01T00:00:31Z') } });
+  });
+
   it('lets a re-upload take over an interrupted job, or one whose upload stopped renewing its lease, keeping its progress', () => {
     const progressed: ImportJob = { ...newJob(), position: 1200, created: 900 };
     const interrupted = decideStart(start('upload-2'), { ...progressed, status: 'interrupted', owner: null, leaseExpiresAt: null });

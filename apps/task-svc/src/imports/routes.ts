@@ -9,6 +9,7 @@ import type { TaskSvcConfig } from '../config';
 import { summaryOf } from './decide';
 import { ImportError, ImportErrors, type ImportErrorCode } from './errors';
 import { runImport, type ImportDeps } from './execute';
+import { withIdleLimit } from './idle-limit';
 import { loadImport } from './repository';
 
 const NDJSON = 'application/x-ndjson';
@@ -39,39 +40,6 @@ const charsetOf = (request: FastifyRequest) =>
     ?.slice('charset='.length)
     .replace(/^"|"$/g, '');
 
-/**
- * The request's chunks, ending in an error when the client sends nothing for `idleMs`. Only the
- * wait for the next chunk counts: while the import writes a batch it reads nothing, and that time
- * is its own, not the client's silence.
- */
-async function* withIdleLimit(source: AsyncIterable<Buffer | string>, idleMs: number, onIdle: () => void): AsyncGenerator<Buffer | string> {
-  const chunks = source[Symbol.asyncIterator]();
-  let done = false;
-  try {
-    for (;;) {
-      let timer: NodeJS.Timeout | undefined;
-      const silent = new Promise<never>((_resolve, reject) => {
-        timer = setTimeout(() => {
-          onIdle();
-          reject(new Error(`the client sent nothing for ${idleMs} ms`));
-        }, idleMs);
-      });
-      try {
-        const next = await Promise.race([chunks.next(), silent]);
-        if (next.done) {
-          done = true;
-          return;
-        }
-        yield next.value;
-      } finally {
-        clearTimeout(timer);
-      }
-    }
-  } finally {
-    // Left early (a refusal mid-file): the request stream is let go, as a for-await over it would.
-    if (!done) await chunks.return?.();
-  }
-}
 
 /** Bulk import: `POST /projects/:projectId/tasks/import?importId=` (NDJSON, streamed) and its progress. */
 export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConfig>): void {
