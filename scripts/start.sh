@@ -22,13 +22,44 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
   npm ci --no-audit --no-fund
 fi
 
-# Only what this run starts is stopped at exit: a Kafka, PostgreSQL or Redis that already answered
-# (the machine's own, or one a test run left) is left alone.
+# Only what this run starts is stopped at exit, each part on its own: a Kafka, PostgreSQL or Redis
+# that already answered (the machine's own, one a test run left, one `stack.sh up` started) is
+# left alone.
 tcp_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
-infra_was_up=false
-if tcp_open 127.0.0.1 "${KAFKA_PORT:-9092}" && tcp_open "${PGHOST:-127.0.0.1}" "${PGPORT:-5432}" && tcp_open "${REDIS_HOST:-127.0.0.1}" "${REDIS_PORT:-6379}"; then
-  infra_was_up=true
-fi
+declare -A infra_was_up=([kafka]=false [postgres]=false [redis]=false)
+if tcp_open 127.0.0.1 "${KAFKA_PORT:-9092}"; then infra_was_up[kafka]=true; fi
+if tcp_open "${PGHOST:-127.0.0.1}" "${PGPORT:-5432}"; then infra_was_up[postgres]=true; fi
+if tcp_open "${REDIS_HOST:-127.0.0.1}" "${REDIS_PORT:-6379}"; then infra_was_up[redis]=true; fi
+
+SERVICES=(task-svc label-svc qa-svc billing-svc saga-monitor)
+declare -A pid=() since=() delay=() restarts=() timer=()
+
+cleanup() {
+  trap - INT TERM EXIT
+  echo >&2
+  echo "== stopping services" >&2
+  local svc part live=()
+  for svc in "${SERVICES[@]}"; do
+    if [ -n "${timer[$svc]:-}" ]; then kill "${timer[$svc]}" 2>/dev/null || true; fi
+    if [ -n "${pid[$svc]:-}" ]; then live+=("${pid[$svc]}"); fi
+  done
+  if [ "${#live[@]}" -gt 0 ]; then
+    for p in "${live[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    wait "${live[@]}" 2>/dev/null || true
+  fi
+  echo "== services stopped" >&2
+  if [ "${LABELFLOW_KEEP_INFRA:-0}" = 1 ]; then return; fi
+  for part in redis postgres kafka; do
+    if [ "${infra_was_up[$part]}" = false ]; then
+      echo "== stopping $part, which this run started" >&2
+      bash "infra/local/$part.sh" stop-started || true
+    fi
+  done
+}
+# From here on: a Ctrl-C during the build, or a failed step, still stops what this run started.
+trap 'cleanup; exit 130' INT TERM
+trap cleanup EXIT
+
 echo "== infrastructure" >&2
 bash infra/local/stack.sh up >/dev/null
 eval "$(bash infra/local/stack.sh env | sed 's/^/export /')"
@@ -49,8 +80,7 @@ PORT_BASE="${LABELFLOW_PORT_BASE:-3001}"
 DB_SUFFIX="${LABELFLOW_DB_SUFFIX:-}"
 SVC_LOG_DIR="${LABELFLOW_LOG_DIR:-.local/logs}"
 mkdir -p "$SVC_LOG_DIR"
-# The monitor comes last: it only reads what the services publish.
-SERVICES=(task-svc label-svc qa-svc billing-svc saga-monitor)
+# The monitor comes last (SERVICES, above): it only reads what the services publish.
 declare -A ports=([task-svc]=$PORT_BASE [label-svc]=$((PORT_BASE + 1)) [qa-svc]=$((PORT_BASE + 2)) [billing-svc]=$((PORT_BASE + 3)) [saga-monitor]=$((PORT_BASE + 4)))
 # Supervision, like compose's `restart: unless-stopped`: a service that exits while this script runs
 # is started again after RESTART_MIN_S, doubling with each exit up to RESTART_MAX_S; one that stayed
@@ -58,7 +88,6 @@ declare -A ports=([task-svc]=$PORT_BASE [label-svc]=$((PORT_BASE + 1)) [qa-svc]=
 RESTART_MIN_S=1
 RESTART_MAX_S=30
 RESTART_RESET_S=60
-declare -A pid=() since=() delay=() restarts=() timer=()
 
 # LABELFLOW_CPU_PROF_DIR: each service writes a V8 CPU profile there when it stops (as with tests and benches).
 profile=()
@@ -89,27 +118,15 @@ exited() {
   delay[$svc]=$((delay[$svc] * 2 > RESTART_MAX_S ? RESTART_MAX_S : delay[$svc] * 2))
 }
 
-cleanup() {
-  trap - INT TERM EXIT
-  echo >&2
-  echo "== stopping services" >&2
-  local svc live=()
-  for svc in "${SERVICES[@]}"; do
-    if [ -n "${timer[$svc]:-}" ]; then kill "${timer[$svc]}" 2>/dev/null || true; fi
-    if [ -n "${pid[$svc]:-}" ]; then live+=("${pid[$svc]}"); fi
-  done
-  if [ "${#live[@]}" -gt 0 ]; then
-    for p in "${live[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    wait "${live[@]}" 2>/dev/null || true
+
+# A port already taken (a stack started in another terminal, services a killed run left behind)
+# would answer /readyz for the service while the one started here could not listen.
+for svc in "${SERVICES[@]}"; do
+  if tcp_open 127.0.0.1 "${ports[$svc]}"; then
+    echo "port ${ports[$svc]} ($svc) is already in use: is another labelflow stack running? Stop it, or set LABELFLOW_PORT_BASE" >&2
+    exit 1
   fi
-  echo "== services stopped" >&2
-  if [ "$infra_was_up" = false ] && [ "${LABELFLOW_KEEP_INFRA:-0}" != 1 ]; then
-    echo "== stopping the infrastructure this run started" >&2
-    bash infra/local/stack.sh down || true
-  fi
-}
-trap 'cleanup; exit 130' INT TERM
-trap cleanup EXIT
+done
 
 for svc in "${SERVICES[@]}"; do
   launch "$svc"

@@ -55,6 +55,13 @@ is_local_host() {
 }
 
 # apt_install PKG... : installs Debian packages (as root, or via sudo).
+# Root's commands for a user who may become root: directly as root, else through sudo (as
+# apt_install does). can_be_root says whether that is possible at all.
+can_be_root() { [[ "$(id -u)" -eq 0 ]] || have sudo; }
+as_root() {
+  if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo "$@"; fi
+}
+
 apt_install() {
   local -a sudo_cmd=()
   if [[ "$(id -u)" -ne 0 ]]; then

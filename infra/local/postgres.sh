@@ -204,21 +204,25 @@ debian_cluster_for_port() {
 # Prepends trust lines for user postgres on loopback to the cluster's pg_hba.conf.
 patch_hba() {
   local hba="/etc/postgresql/$1/$2/pg_hba.conf" tmp
-  [[ -f "$hba" ]] || return 0
-  grep -q 'labelflow-local' "$hba" && return 0
+  # Readable and writable by root and postgres only: through as_root for a user with sudo.
+  as_root test -f "$hba" || return 0
+  as_root grep -q 'labelflow-local' "$hba" && return 0
   log "adding trust auth for $PGUSER on 127.0.0.1/::1 to $hba"
   tmp="$(mktemp)"
   {
     echo "# labelflow-local: added by infra/local/postgres.sh (trust on loopback for local dev)"
     echo "host    all    $PGUSER    127.0.0.1/32    trust"
     echo "host    all    $PGUSER    ::1/128         trust"
-    cat "$hba"
+    as_root cat "$hba"
   } >"$tmp"
-  cat "$tmp" >"$hba" # keep owner/permissions of the original
+  # cat into the file, not mv over it: it keeps the original's owner and permissions.
+  as_root sh -c 'cat "$1" > "$2"' sh "$tmp" "$hba"
   rm -f "$tmp"
 }
 
 cmd_ensure() {
+  # The probe is psql: a server that runs without it here (in a container, say) is still used.
+  if ! have psql && pg_ready "$PGHOST" "$PGPORT"; then apt_install postgresql-client; fi
   if pg_answers "$PGHOST" "$PGPORT" "$PGUSER"; then
     log "ok: PostgreSQL answers at $PGHOST:$PGPORT as $PGUSER"
     return 0
@@ -231,23 +235,25 @@ cmd_ensure() {
   ensure_binaries >/dev/null
   local ver name status
   if ! read -r ver name status < <(debian_cluster_for_port); then
-    if have pg_createcluster && have pg_ctlcluster && [[ "$(id -u)" -eq 0 ]] &&
+    if have pg_createcluster && have pg_ctlcluster && can_be_root &&
       [[ -z "$(pg_lsclusters -h 2>/dev/null)" ]]; then
       ver="$(basename "$(dirname "$(find_bindir)")")"
       log "creating Debian cluster $ver/main on port $PGPORT"
-      pg_createcluster "$ver" main --port "$PGPORT" >&2
+      as_root pg_createcluster "$ver" main --port "$PGPORT" >&2
       read -r ver name status < <(debian_cluster_for_port) || die "cluster creation failed"
     fi
   fi
 
-  if [[ -n "${ver:-}" ]] && have pg_ctlcluster && [[ "$(id -u)" -eq 0 ]]; then
+  # A cluster Debian's package made (and often started) on the port: used, for a user who is root
+  # or may become it, rather than a private instance that would find the port taken.
+  if [[ -n "${ver:-}" ]] && have pg_ctlcluster && can_be_root; then
     patch_hba "$ver" "$name"
     if [[ "$status" == online* ]]; then
       # Running but did not answer above: reload picks up the pg_hba change.
-      pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" reload >&2 || true
+      as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" reload >&2 || true
     else
       log "starting Debian cluster $ver/$name on port $PGPORT"
-      pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" start >&2
+      as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" start >&2
       mark_started "$STARTED_NAME" "kind=debian-cluster version=$ver cluster=$name port=$PGPORT"
     fi
   else
@@ -274,7 +280,7 @@ cmd_stop_started() {
       ver="$(sed -n 's/.*version=\([^ ]*\).*/\1/p' <<<"$marker")"
       cluster="$(sed -n 's/.*cluster=\([^ ]*\).*/\1/p' <<<"$marker")"
       log "stopping Debian cluster $ver/$cluster"
-      pg_ctlcluster --skip-systemctl-redirect "$ver" "$cluster" stop >&2 || warn "pg_ctlcluster stop failed"
+      as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$cluster" stop >&2 || warn "pg_ctlcluster stop failed"
       ;;
     instance)
       dir="$(sed -n 's/.*dir=\([^ ]*\).*/\1/p' <<<"$marker")"

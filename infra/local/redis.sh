@@ -109,6 +109,8 @@ stop_instance() {
 }
 
 cmd_ensure() {
+  # The probe is redis-cli: a server that runs without it here (in a container, say) is still used.
+  if ! have redis-cli && port_open "$REDIS_HOST" "$REDIS_PORT"; then apt_install redis-tools; fi
   if redis_answers "$REDIS_HOST" "$REDIS_PORT"; then
     log "ok: Redis answers at $REDIS_HOST:$REDIS_PORT"
     if [[ "$(timeout 3 redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" info memory 2>/dev/null | tr -d '\r' | sed -n 's/^maxmemory://p')" == "0" ]]; then
@@ -120,6 +122,12 @@ cmd_ensure() {
     die "something listens on $REDIS_HOST:$REDIS_PORT but does not answer PING"
   fi
   is_local_host "$REDIS_HOST" || die "no Redis at $REDIS_HOST:$REDIS_PORT (not a local host, not starting one)"
+  ensure_binaries
+  # Debian's package starts its own server on 6379 as it installs: that one is used.
+  if redis_answers "$REDIS_HOST" "$REDIS_PORT"; then
+    log "ok: Redis answers at $REDIS_HOST:$REDIS_PORT (the packaged server; set maxmemory with an LRU policy there for high rates)"
+    return 0
+  fi
   INST_PORT="$REDIS_PORT"
   INST_DIR="$LOCAL_DIR/redis-$REDIS_PORT"
   start_instance
