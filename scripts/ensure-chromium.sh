@@ -16,11 +16,11 @@ if [ ! -x "$browser" ]; then
       echo "chromium is missing and this user cannot install it: run 'apt-get install chromium' as root" >&2
       exit 1
     fi
-    as_root=(sudo -n)
+    as_root=(sudo)
   fi
   echo "installing Debian's chromium (apt-get)" >&2
   export DEBIAN_FRONTEND=noninteractive
-  "${as_root[@]}" apt-get update -qq
-  "${as_root[@]}" apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 echo "chromium: $browser ($("$browser" --version 2>/dev/null || echo 'version unknown'))"

@@ -33,11 +33,21 @@ bash infra/local/validate-compose.sh
 step "browser for the timeline page test: Debian's chromium (installed when missing)"
 bash scripts/ensure-chromium.sh
 
+# Every tier runs, whatever the one before it found, and the summary counts them all; the run fails
+# if any tier did. No report is left from an earlier run for a tier that dies before writing its own.
 mkdir -p test-results
+rm -f test-results/unit.json test-results/int.json test-results/e2e.json
+failed_tiers=()
 for tier in unit int e2e; do
   step "tests: $tier"
-  npx vitest run --project "$tier" --reporter=default --reporter=json --outputFile="test-results/$tier.json"
+  npx vitest run --project "$tier" --reporter=default --reporter=json --outputFile="test-results/$tier.json" || failed_tiers+=("$tier")
 done
 
 step "summary"
-node scripts/test-summary.mjs test-results/unit.json test-results/int.json test-results/e2e.json
+rc=0
+node scripts/test-summary.mjs test-results/unit.json test-results/int.json test-results/e2e.json || rc=1
+for tier in "${failed_tiers[@]}"; do
+  if [ ! -f "test-results/$tier.json" ]; then echo "tests: the $tier tier ended without a report (see its output above)"; fi
+  rc=1
+done
+exit "$rc"
