@@ -1,23 +1,42 @@
-// npm run audit -- [--json] [--prefix labelflow] [--settle-ms 30000] [--stuck-ms 60000] [--outbox-ms 60000]
-// Reads the four service databases (PG_URL + task_svc/label_svc/qa_svc/billing_svc, or
-// TASK_SVC_DATABASE_URL ... to override each) and the dead-letter topics, prints the report, and exits
-// 1 on any violation, 2 when it cannot run.
+// npm run audit -- [--json] [--prefix labelflow] [--db-suffix S] [--settle-ms 30000] [--stuck-ms 60000] [--outbox-ms 60000]
+// Reads the four service databases (PG_URL + task_svc/label_svc/qa_svc/billing_svc plus the suffix of
+// a second stack, LABELFLOW_DB_SUFFIX, or TASK_SVC_DATABASE_URL ... to override each) and the
+// dead-letter topics, prints the report, and exits 1 on any violation, 2 when it cannot run.
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { formatReport, runAudit } from './index';
 
-const { values: args } = parseArgs({
-  options: {
-    json: { type: 'boolean', default: false },
-    prefix: { type: 'string', default: process.env.KAFKA_TOPIC_PREFIX ?? 'labelflow' },
-    'pg-url': { type: 'string', default: process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432' },
-    'kafka-brokers': { type: 'string', default: process.env.KAFKA_BROKERS ?? '127.0.0.1:9092' },
-    'settle-ms': { type: 'string', default: '30000' },
-    'stuck-ms': { type: 'string', default: '60000' },
-    'outbox-ms': { type: 'string', default: '60000' },
-    'no-kafka': { type: 'boolean', default: false },
-  },
-});
+const usage = `usage: npm run audit -- [--json] [--prefix P] [--db-suffix S] [--pg-url URL] [--kafka-brokers B] [--no-kafka]
+  [--settle-ms 30000] [--stuck-ms 60000] [--outbox-ms 60000]
+exit 0: OK, 1: a violation, 2: could not run. See tools/auditor/README.md.`;
+
+const options = {
+  json: { type: 'boolean', default: false },
+  help: { type: 'boolean', default: false },
+  prefix: { type: 'string', default: process.env.KAFKA_TOPIC_PREFIX ?? 'labelflow' },
+  'db-suffix': { type: 'string', default: process.env.LABELFLOW_DB_SUFFIX ?? '' },
+  'pg-url': { type: 'string', default: process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432' },
+  'kafka-brokers': { type: 'string', default: process.env.KAFKA_BROKERS ?? '127.0.0.1:9092' },
+  'settle-ms': { type: 'string', default: '30000' },
+  'stuck-ms': { type: 'string', default: '60000' },
+  'outbox-ms': { type: 'string', default: '60000' },
+  'no-kafka': { type: 'boolean', default: false },
+} as const;
+
+/** The options, or exit 2 with the usage: a typo is "could not run", never "a violation". */
+function readArgs() {
+  try {
+    return parseArgs({ options }).values;
+  } catch (error) {
+    console.error(`${(error as Error).message}\n${usage}`);
+    process.exit(2);
+  }
+}
+const args = readArgs();
+if (args.help) {
+  console.log(usage);
+  process.exit(0);
+}
 
 const ms = (name: 'settle-ms' | 'stuck-ms' | 'outbox-ms') => {
   const n = Number(args[name]);
@@ -27,7 +46,7 @@ const ms = (name: 'settle-ms' | 'stuck-ms' | 'outbox-ms') => {
   }
   return n;
 };
-const dbUrl = (svc: string) => process.env[`${svc.toUpperCase().replace('-', '_')}_DATABASE_URL`] ?? `${args['pg-url']}/${svc.replace('-', '_')}`;
+const dbUrl = (svc: string) => process.env[`${svc.toUpperCase().replace('-', '_')}_DATABASE_URL`] ?? `${args['pg-url']}/${svc.replace('-', '_')}${args['db-suffix']}`;
 const services = ['task-svc', 'label-svc', 'qa-svc', 'billing-svc'] as const;
 
 async function main(): Promise<number> {
@@ -41,6 +60,8 @@ async function main(): Promise<number> {
       ...(args['no-kafka'] ? {} : { kafkaBrokers: (args['kafka-brokers'] ?? '').split(','), deadLetterTopics: services.map((s) => `${args.prefix}.${s}.dlq`) }),
     });
     console.log(args.json ? JSON.stringify(report, null, 2) : formatReport(report));
+    // Nothing to check passes every check: say so, in case these are not the databases meant.
+    if (report.counts.tasks === 0) console.error(`note: no tasks in ${dbUrl('task-svc')}: nothing was checked (another stack? --db-suffix, --pg-url)`);
     return report.ok ? 0 : 1;
   } finally {
     await Promise.all(Object.values(pools).map((p) => p.end()));

@@ -18,32 +18,41 @@ const usage = `usage: npm run chaos -- [--tasks N] [--duplicates R] [--seed S]
   output:  [--log-dir DIR] [--json-out FILE] [--no-build]
 Defaults scale with --tasks; see tools/chaos/README.md.`;
 
-const { values: a } = parseArgs({
-  options: {
-    tasks: { type: 'string', default: '1000' },
-    duplicates: { type: 'string', default: '0.3' },
-    seed: { type: 'string', default: '42' },
-    concurrency: { type: 'string' },
-    annotators: { type: 'string' },
-    reject: { type: 'string' },
-    'billing-fail': { type: 'string' },
-    'qa-timeout': { type: 'string' },
-    cancel: { type: 'string' },
-    'qa-sla-ms': { type: 'string' },
-    'kills-per-service': { type: 'string' },
-    'pg-drops': { type: 'string' },
-    'redis-outage-s': { type: 'string' },
-    'pause-s': { type: 'string' },
-    'max-minutes': { type: 'string' },
-    'quiesce-s': { type: 'string' },
-    'recovery-s': { type: 'string' },
-    'fault-window': { type: 'string' },
-    'log-dir': { type: 'string' },
-    'json-out': { type: 'string' },
-    'no-build': { type: 'boolean', default: false },
-    help: { type: 'boolean', default: false },
-  },
-});
+/** The options, or exit 2 with the usage. */
+function readArgs() {
+  try {
+    return parseArgs({ options: chaosArgs }).values;
+  } catch (error) {
+    console.error(`${(error as Error).message}\n${usage}`);
+    process.exit(2);
+  }
+}
+
+const chaosArgs = {
+  tasks: { type: 'string', default: '1000' },
+  duplicates: { type: 'string', default: '0.3' },
+  seed: { type: 'string', default: '42' },
+  concurrency: { type: 'string' },
+  annotators: { type: 'string' },
+  reject: { type: 'string' },
+  'billing-fail': { type: 'string' },
+  'qa-timeout': { type: 'string' },
+  cancel: { type: 'string' },
+  'qa-sla-ms': { type: 'string' },
+  'kills-per-service': { type: 'string' },
+  'pg-drops': { type: 'string' },
+  'redis-outage-s': { type: 'string' },
+  'pause-s': { type: 'string' },
+  'max-minutes': { type: 'string' },
+  'quiesce-s': { type: 'string' },
+  'recovery-s': { type: 'string' },
+  'fault-window': { type: 'string' },
+  'log-dir': { type: 'string' },
+  'json-out': { type: 'string' },
+  'no-build': { type: 'boolean', default: false },
+  help: { type: 'boolean', default: false },
+} as const;
+const a = readArgs();
 
 if (a.help) {
   console.log(usage);
