@@ -6,7 +6,7 @@ export type ConsumerMetrics = ReturnType<typeof createConsumerMetrics>;
 export function createConsumerMetrics(metrics: Metrics | undefined) {
   const made = {
     processed: metrics?.counter('consumer_messages_total', 'Consumed messages by outcome', ['topic', 'type', 'outcome']),
-    latency: metrics?.histogram('consumer_processing_seconds', 'Time from receipt to committed effect', ['topic', 'type']),
+    latency: metrics?.histogram('consumer_processing_seconds', 'Time of the processor call that committed the effect (its last try: time spent in earlier failed tries and backoffs is not counted; see consumer_retries_total)', ['topic', 'type']),
     batchSizes: metrics?.histogram('consumer_batch_size', 'Events applied together in one processor call', ['topic'], [1, 2, 5, 10, 20, 50, 100, 200, 500]),
     groupedRuns: metrics?.histogram('consumer_grouped_runs', 'Runs (partition batches) applied together in one processor call by group commit', [], [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]),
     retries: metrics?.counter('consumer_retries_total', 'Processor calls that failed and were retried or split', ['topic', 'kind']),
