@@ -212,10 +212,18 @@ function checkNotStuck(s: Snapshot, t: Snapshot['tasks'][number], o: AuditOption
     case 'open':
     case 'completed':
       return;
-    case 'assigned':
+    case 'assigned': {
       if (!t.leaseExpiresAt) flag('NOT_STUCK', 'assigned without a lease', ids);
       else if (t.leaseExpiresAt.getTime() + o.stuckMs < now) flag('NOT_STUCK', `assignment lease ended at ${t.leaseExpiresAt.toISOString()} and the task was not reopened`, ids);
+      // The lease may run a day: a claim label-svc never learned of would refuse the annotator's
+      // labels (ASSIGNMENT_UNKNOWN) all that time, and only then reopen.
+      if (t.assignee === undefined || idle <= o.stuckMs) return;
+      const known = s.assignments.find((a) => a.taskId === t.taskId);
+      if (known?.attempt !== t.attempt || known.annotatorId !== t.assignee) {
+        flag('NOT_STUCK', `assigned to ${t.assignee ?? 'nobody'} on attempt ${t.attempt} for ${Math.round(idle / 1000)} s, but label-svc ${known ? `has attempt ${known.attempt} held by ${known.annotatorId ?? 'nobody'}` : 'knows no assignment'}: the annotator cannot submit`, ids);
+      }
       return;
+    }
     case 'labelled':
     case 'in_review': {
       const review = s.reviews.find((r) => r.taskId === t.taskId && r.attempt === t.attempt);

@@ -66,6 +66,15 @@ describe('the saga invariants', () => {
     expect(invariantsOf(stuck)).toEqual(['NOT_STUCK']);
   });
 
+  it('catch an assigned task, long within its lease, whose claim label-svc never learned of, and pass one it knows', () => {
+    const s = healthy();
+    const held = { taskId: 't2', projectId: P, status: 'assigned', attempt: 2, assignee: 'ann-2', leaseExpiresAt: new Date(now.getTime() + 3_600_000), updatedAt: ago(200_000) };
+    const unknown = { ...s, tasks: [...s.tasks, held], assignments: [...s.assignments, { taskId: 't2', attempt: 1, annotatorId: null }] };
+    expect(invariantsOf(unknown)).toEqual(['NOT_STUCK']);
+    const known = { ...unknown, assignments: [...s.assignments, { taskId: 't2', attempt: 2, annotatorId: 'ann-2' }] };
+    expect(checkInvariants(known, options)).toEqual([]);
+  });
+
   it('give a task that just changed time to settle before judging it', () => {
     const s = healthy();
     const fresh = { ...s, tasks: [{ ...s.tasks[0]!, status: 'cancelled', updatedAt: ago(10) }] };

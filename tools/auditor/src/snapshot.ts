@@ -3,7 +3,8 @@ import type { Queryable } from '@labelflow/plumbing';
 
 /** What the auditor reads from each service's own database (read-only, plain rows). */
 export interface Snapshot {
-  readonly tasks: readonly { taskId: string; projectId: string; status: string; attempt: number; leaseExpiresAt: Date | null; updatedAt: Date }[];
+  /** `assignee`: who holds the task in task-svc (absent where the snapshot did not read it). */
+  readonly tasks: readonly { taskId: string; projectId: string; status: string; attempt: number; assignee?: string | null; leaseExpiresAt: Date | null; updatedAt: Date }[];
   /** `annotatorId`: who labelled the attempt (a person, or a model's actor id). */
   readonly labels: readonly { taskId: string; attempt: number; status: string; annotatorId?: string }[];
   readonly assignments: readonly { taskId: string; attempt: number; annotatorId: string | null }[];
@@ -155,8 +156,8 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
     );
   const [task, label, qa, billing] = await Promise.all([
     (async () => {
-      const tasks = await of('task')<{ task_id: string; project_id: string; status: string; attempt: number; lease_expires_at: Date | null; updated_at: Date }>(
-        'SELECT task_id, project_id, status, attempt, lease_expires_at, updated_at FROM tasks',
+      const tasks = await of('task')<{ task_id: string; project_id: string; status: string; attempt: number; assignee: string | null; lease_expires_at: Date | null; updated_at: Date }>(
+        'SELECT task_id, project_id, status, attempt, assignee, lease_expires_at, updated_at FROM tasks',
       );
       return { tasks, unpublished: await outbox('task') };
     })(),
@@ -183,7 +184,7 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
     })(),
   ]);
   return {
-    tasks: task.tasks.map((t) => ({ taskId: t.task_id, projectId: t.project_id, status: t.status, attempt: t.attempt, leaseExpiresAt: t.lease_expires_at, updatedAt: t.updated_at })),
+    tasks: task.tasks.map((t) => ({ taskId: t.task_id, projectId: t.project_id, status: t.status, attempt: t.attempt, assignee: t.assignee, leaseExpiresAt: t.lease_expires_at, updatedAt: t.updated_at })),
     labels: label.labels.map((l) => ({ taskId: l.task_id, attempt: l.attempt, status: l.status, annotatorId: l.annotator_id })),
     assignments: label.assignments.map((a) => ({ taskId: a.task_id, attempt: a.attempt, annotatorId: a.annotator_id })),
     reviews: qa.reviews.map((r) => ({ taskId: r.task_id, attempt: r.attempt, status: r.status, deadlineAt: r.deadline_at })),
