@@ -12,6 +12,10 @@ export const SagaMonitorConfig = BaseConfig.extend({
   SAGA_DEADLINE_BILLING_MS: deadline(5_000),
   /** BillingCompleted → TaskCompleted: how long task-svc may take to close the task. */
   SAGA_DEADLINE_COMPLETED_MS: deadline(5_000),
+  /** QaRejected or QaTimedOut → TaskReopened of the next attempt: how long task-svc may take to reopen the task. */
+  SAGA_DEADLINE_REWORK_MS: deadline(5_000),
+  /** BillingFailed → TaskFailed (or TaskCompleted, after a retry): how long task-svc may take to fail the task. */
+  SAGA_DEADLINE_FAILURE_MS: deadline(5_000),
   /** Told of every alert raised and resolved (POST, JSON); unset: alerts are metrics and log lines only. */
   MONITOR_WEBHOOK_URL: httpUrl.optional(),
   /** Tries per webhook notice before it is given up (logged and counted). */

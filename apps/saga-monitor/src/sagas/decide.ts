@@ -19,9 +19,10 @@ const plusMs = (iso: string, ms: number) => new Date(new Date(iso).getTime() + m
 /** Why an event ends a watch, if it does. */
 function closes(watch: Watch, fact: Fact): Cause | undefined {
   if (fact.type === 'TaskCancelled') return CloseCause.cancelled;
+  const spec = specOf(watch.step);
+  if (fact.attempt === watch.attempt + spec.awaitsAttempt && spec.awaits.includes(fact.type)) return CloseCause.arrived;
   // The attempt was reworked: its step will never come, and nobody waits for it.
   if (fact.type === 'TaskReopened' && fact.attempt > watch.attempt) return CloseCause.superseded;
-  if (fact.attempt === watch.attempt && specOf(watch.step).awaits.includes(fact.type)) return CloseCause.arrived;
   return undefined;
 }
 
@@ -34,10 +35,10 @@ function observe(state: SagaWatchState, fact: Fact, deadlines: StepDeadlines): W
   }
   if (fact.type === 'TaskCancelled' || fact.attempt < state.reopenedAttempt) return events;
   for (const spec of watchedSteps) {
-    if (spec.after !== fact.type) continue;
+    if (!spec.after.includes(fact.type)) continue;
     if (state.watches.some((w) => w.step === spec.step && w.attempt === fact.attempt)) continue;
     // Consumed from another topic before the event that starts the step: nothing to wait for.
-    if (spec.awaits.some((type) => seenAt(state, type, fact.attempt) !== undefined)) continue;
+    if (spec.awaits.some((type) => seenAt(state, type, fact.attempt + spec.awaitsAttempt) !== undefined)) continue;
     events.push({ type: 'WatchOpened', step: spec.step, attempt: fact.attempt, since: fact.occurredAt, dueAt: plusMs(fact.occurredAt, deadlines[spec.step]) });
   }
   return events;

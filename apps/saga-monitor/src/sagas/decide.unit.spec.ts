@@ -6,7 +6,7 @@ import { emptyWatchState, evolve, type Fact, type SagaWatchState, type StepDeadl
 
 const t0 = Date.parse('2030-01-01T00:00:00.000Z');
 const at = (ms: number) => new Date(t0 + ms).toISOString();
-const deadlines: StepDeadlines = { qa_started: 5_000, billing: 5_000, completion: 5_000 };
+const deadlines: StepDeadlines = { qa_started: 5_000, billing: 5_000, completion: 5_000, rework: 5_000, failure: 5_000 };
 
 const fact = (type: EventType, attempt = 1, ms = 0): Fact => ({ type, attempt, occurredAt: at(ms) });
 const seen = (type: EventType, attempt = 1, ms = 0): WatchEvent => ({ type: 'FactObserved', fact: fact(type, attempt, ms) });
@@ -48,11 +48,14 @@ describe('saga watchdog: which steps it waits for', () => {
     expect(decision).toEqual({ ok: true, events: [] });
   });
 
-  it('accepts either billing outcome after an approval, and then waits for the task to complete only after a BillingCompleted', () => {
+  it('accepts either billing outcome after an approval, and then waits for the task to complete, or to fail after a BillingFailed', () => {
     const approved = run(given(), observe('QaPassed', 1, 0));
     const failed = when(approved, observe('BillingFailed', 1, 200));
-    expect(failed.decision).toEqual({ ok: true, events: [expect.objectContaining({ type: 'WatchClosed', step: 'billing', cause: 'arrived' })] });
-    expect(failed.state.watches).toEqual([]);
+    expect(failed.decision).toEqual({
+      ok: true,
+      events: [expect.objectContaining({ type: 'WatchClosed', step: 'billing', cause: 'arrived' }), { type: 'WatchOpened', step: 'failure', attempt: 1, since: at(200), dueAt: at(5_200) }],
+    });
+    expect(when(failed.state, observe('TaskFailed', 1, 300)).decision).toEqual({ ok: true, events: [expect.objectContaining({ type: 'WatchClosed', step: 'failure', cause: 'arrived' })] });
 
     const billed = when(approved, observe('BillingCompleted', 1, 200));
     expect(billed.decision).toEqual({
@@ -63,8 +66,25 @@ describe('saga watchdog: which steps it waits for', () => {
   });
 
   it('waits again for completion when a failed billing is retried and goes through', () => {
-    const failed = run(given(), observe('QaPassed', 1, 0), observe('BillingFailed', 1, 100));
+    const failed = run(given(), observe('QaPassed', 1, 0), observe('BillingFailed', 1, 100), observe('TaskFailed', 1, 150));
     expect(when(failed, observe('BillingCompleted', 1, 60_000)).state.watches).toEqual([{ step: 'completion', attempt: 1, since: at(60_000), dueAt: at(65_000), alertedAt: null }]);
+  });
+
+  it.each(['QaRejected', 'QaTimedOut'] as const)('waits after %s for task-svc to reopen the task on the next attempt, and alerts when it does not', (verdict) => {
+    const { decision, state } = when(given(), observe(verdict, 1, 100));
+    expect(decision).toEqual({ ok: true, events: [{ type: 'WatchOpened', step: 'rework', attempt: 1, since: at(100), dueAt: at(5_100) }] });
+    expect(when(state, observe('TaskReopened', 2, 300)).decision).toEqual({ ok: true, events: [expect.objectContaining({ type: 'WatchClosed', step: 'rework', attempt: 1, cause: 'arrived' })] });
+    expect(when(state, sweep(5_100)).decision).toEqual({ ok: true, events: [expect.objectContaining({ type: 'AlertRaised', step: 'rework', attempt: 1 })] });
+  });
+
+  it('opens no rework watch when the reopen was consumed first, or the verdict is of an attempt already reworked', () => {
+    expect(when(given(seen('TaskReopened', 2, 300)), observe('QaRejected', 1, 100)).decision).toEqual({ ok: true, events: [] });
+    expect(when(given(seen('TaskReopened', 3, 300)), observe('QaTimedOut', 1, 100)).decision).toEqual({ ok: true, events: [] });
+  });
+
+  it('stops waiting for a failure when a billing retry completed the task first', () => {
+    const failed = run(given(), observe('BillingFailed', 1, 0));
+    expect(when(failed, observe('TaskCompleted', 1, 400)).decision).toEqual({ ok: true, events: [expect.objectContaining({ type: 'WatchClosed', step: 'failure', cause: 'arrived' })] });
   });
 
   it('stops waiting for a reworked attempt and ignores late steps of it', () => {

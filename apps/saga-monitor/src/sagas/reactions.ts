@@ -30,6 +30,8 @@ export const deadlinesOf = (config: SagaMonitorConfig): StepDeadlines => ({
   qa_started: config.SAGA_DEADLINE_QA_STARTED_MS,
   billing: config.SAGA_DEADLINE_BILLING_MS,
   completion: config.SAGA_DEADLINE_COMPLETED_MS,
+  rework: config.SAGA_DEADLINE_REWORK_MS,
+  failure: config.SAGA_DEADLINE_FAILURE_MS,
 });
 
 /** The trace an event travelled in comes with its delivery, as the exactly-once shell continues it. */

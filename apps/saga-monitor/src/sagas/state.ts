@@ -1,23 +1,31 @@
 import type { EventType } from '@labelflow/contracts';
 
 /**
- * The steps the watchdog times. Once `after` happened, one of `awaits` is due for the same task
- * and attempt within the step's deadline; each is a machine step (no person waits in between), so
- * a missed one means a service is stuck, paused or lagging.
+ * The steps the watchdog times. Once one of `after` happened, one of `awaits` is due for the same
+ * task within the step's deadline, of the same attempt or (a rework) of the next; each is a machine
+ * step (no person waits in between), so a missed one means a service is stuck, paused or lagging.
+ * The compensations are watched as well as the happy path: a rejection that never reopens the task
+ * leaves it in review for good, a billing failure that never fails it leaves it approved.
  */
-export const WatchedStep = { qaStarted: 'qa_started', billing: 'billing', completion: 'completion' } as const;
+export const WatchedStep = { qaStarted: 'qa_started', billing: 'billing', completion: 'completion', rework: 'rework', failure: 'failure' } as const;
 export type WatchedStep = (typeof WatchedStep)[keyof typeof WatchedStep];
 
 export interface StepSpec {
   readonly step: WatchedStep;
-  readonly after: EventType;
+  readonly after: readonly EventType[];
   readonly awaits: readonly EventType[];
+  /** Which attempt brings the awaited event: the same (0), or the next one a reopen starts (1). */
+  readonly awaitsAttempt: 0 | 1;
 }
 
 const specs: Readonly<Record<WatchedStep, StepSpec>> = {
-  qa_started: { step: WatchedStep.qaStarted, after: 'LabelSubmitted', awaits: ['QaStarted'] },
-  billing: { step: WatchedStep.billing, after: 'QaPassed', awaits: ['BillingCompleted', 'BillingFailed'] },
-  completion: { step: WatchedStep.completion, after: 'BillingCompleted', awaits: ['TaskCompleted'] },
+  qa_started: { step: WatchedStep.qaStarted, after: ['LabelSubmitted'], awaits: ['QaStarted'], awaitsAttempt: 0 },
+  billing: { step: WatchedStep.billing, after: ['QaPassed'], awaits: ['BillingCompleted', 'BillingFailed'], awaitsAttempt: 0 },
+  completion: { step: WatchedStep.completion, after: ['BillingCompleted'], awaits: ['TaskCompleted'], awaitsAttempt: 0 },
+  // task-svc reopens a rejected or timed-out attempt: TaskReopened carries the new attempt.
+  rework: { step: WatchedStep.rework, after: ['QaRejected', 'QaTimedOut'], awaits: ['TaskReopened'], awaitsAttempt: 1 },
+  // A billing retry that succeeds first completes the task instead.
+  failure: { step: WatchedStep.failure, after: ['BillingFailed'], awaits: ['TaskFailed', 'TaskCompleted'], awaitsAttempt: 0 },
 };
 
 export const watchedSteps: readonly StepSpec[] = Object.values(specs);
