@@ -151,13 +151,14 @@ describe('machine pre-labels', () => {
     expect(ledger.map((e) => [e.kind, Number(e.amount), e.annotator_id])).toEqual([['debit', MACHINE_PRICE, null]]);
     expect(await queryRows(stack.databases['billing-svc'], 'SELECT * FROM payouts WHERE annotator_id = $1', [MACHINE])).toEqual([]);
     expect(await balance()).toBe(balanceBefore - MACHINE_PRICE);
-    // A person whose token names a model cannot label under that name: billing would pay nobody for it.
+    // A person whose token names a model can neither claim nor label under that name: billing would
+    // pay nobody for it, and a claim no labels can follow would hold the task for a whole lease.
     const impostorTask = await createTask(stack, projectId);
-    await claim(stack, impostorTask, MACHINE);
-    await assignmentKnown(impostorTask, 1);
-    const refused = await stack.http('label-svc', as.annotator(MACHINE, projectId)).post<{ error: { code: string } }>(`/tasks/${impostorTask}/labels`, { annotations: [{ label: 'cat' }] });
-    expect(refused.status).toBe(403);
-    expect(refused.body.error.code).toBe('MACHINE_ACTOR_RESERVED');
+    const impostor = as.annotator(MACHINE, projectId);
+    const claimed = await stack.http('task-svc', impostor).post<{ error: { code: string } }>(`/tasks/${impostorTask}/claim`, {});
+    expect([claimed.status, claimed.body.error.code]).toEqual([403, 'MACHINE_ACTOR_RESERVED']);
+    const refused = await stack.http('label-svc', impostor).post<{ error: { code: string } }>(`/tasks/${impostorTask}/labels`, { annotations: [{ label: 'cat' }] });
+    expect([refused.status, refused.body.error.code]).toEqual([403, 'MACHINE_ACTOR_RESERVED']);
     await prelabelsConsumed();
     await expectAuditClean(stack, infra.kafkaBrokers);
   });

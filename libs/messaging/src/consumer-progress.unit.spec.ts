@@ -29,6 +29,28 @@ const fakeAdmin = (offsets: () => Offsets) => {
   return { admin, calls };
 };
 
+/**
+ * A probe over one partition of labelflow.qa-events whose offsets the test sets: the high
+ * watermark, the log start (read only when the probe asks for it) and the group's commit.
+ */
+const onePartition = (offsets: { high: number; low: () => number; committed: () => number }) => {
+  const asked: boolean[] = [];
+  const tp = 'labelflow.qa-events/0';
+  const source: OffsetsSource = {
+    async topicOffsets(_topics, logStart) {
+      asked.push(logStart);
+      const highs = new Map([[tp, offsets.high]]);
+      return logStart ? { highs, lows: new Map([[tp, offsets.low()]]) } : { highs };
+    },
+    async committedOffsets() {
+      return new Map([[tp, offsets.committed()]]);
+    },
+  };
+  const metrics = createMetrics({ service: 'progress-test', defaults: false });
+  const probe = createProgressProbe({ source, groupId: 'labelflow.qa-svc', topics: ['labelflow.qa-events'], everyMs: 1_000, metrics: createConsumerMetrics(metrics), log: captureLogs({ service: 'progress-test' }).logger });
+  return { asked, probe, metrics };
+};
+
 describe('the progress probe', () => {
   beforeEach(() => vi.useFakeTimers());
   afterEach(() => vi.useRealTimers());
@@ -99,20 +121,8 @@ describe('the progress probe', () => {
 
   it('reads the log starts on its first probe and then once in LOG_START_EVERY probes, counting the lag from the last ones read', async () => {
     let low = 0;
-    const asked: boolean[] = [];
-    const source: OffsetsSource = {
-      async topicOffsets(_topics, logStart) {
-        asked.push(logStart);
-        const highs = new Map([['labelflow.qa-events/0', 100]]);
-        return logStart ? { highs, lows: new Map([['labelflow.qa-events/0', low]]) } : { highs };
-      },
-      // A group that consumes, slowly: its commit moves on every probe.
-      async committedOffsets() {
-        return new Map([['labelflow.qa-events/0', asked.length]]);
-      },
-    };
-    const metrics = createMetrics({ service: 'progress-test', defaults: false });
-    const probe = createProgressProbe({ source, groupId: 'labelflow.qa-svc', topics: ['labelflow.qa-events'], everyMs: 1_000, metrics: createConsumerMetrics(metrics), log: captureLogs({ service: 'progress-test' }).logger });
+    // A group that consumes, slowly: its commit moves on every probe.
+    const { asked, probe, metrics } = onePartition({ high: 100, low: () => low, committed: () => asked.length });
     const lag = async () => metricValue(await metrics.render(), 'consumer_lag_messages', { group: 'labelflow.qa-svc', topic: 'labelflow.qa-events', partition: '0' });
     probe.start();
     await vi.advanceTimersByTimeAsync(1_000);
@@ -139,19 +149,7 @@ describe('the progress probe', () => {
 
   it('reads the log starts again when a partition holds the group up with a commit that does not move, and then sees it passed', async () => {
     let low = 0;
-    const asked: boolean[] = [];
-    const source: OffsetsSource = {
-      async topicOffsets(_topics, logStart) {
-        asked.push(logStart);
-        const highs = new Map([['labelflow.qa-events/0', 3]]);
-        return logStart ? { highs, lows: new Map([['labelflow.qa-events/0', low]]) } : { highs };
-      },
-      async committedOffsets() {
-        return new Map([['labelflow.qa-events/0', -1]]);
-      },
-    };
-    const metrics = createMetrics({ service: 'progress-test', defaults: false });
-    const probe = createProgressProbe({ source, groupId: 'labelflow.qa-svc', topics: ['labelflow.qa-events'], everyMs: 1_000, metrics: createConsumerMetrics(metrics), log: captureLogs({ service: 'progress-test' }).logger });
+    const { asked, probe } = onePartition({ high: 3, low: () => low, committed: () => -1 });
     probe.start();
     await vi.advanceTimersByTimeAsync(1_000);
     expect(probe.caughtUpTo()).toBeUndefined();
