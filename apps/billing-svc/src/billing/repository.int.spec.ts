@@ -268,4 +268,29 @@ describe('billing-svc billing repository', () => {
     expect(after.payouts).toEqual({ [annotatorId]: 2 * price });
     expect(await loadPayoutBalances(pool, annotatorId)).toEqual({ EUR: price, USD: 2 * price });
   });
+
+  it("books one annotator's credits in every currency one at a time, so her ledger ids follow the order they commit in", async () => {
+    const annotatorId = newAnnotator();
+    const [eur, usd] = [await newProject(1_000, 'EUR'), await newProject(1_000, 'USD')];
+    const [inEur, inUsd] = [newTaskId(), newTaskId()];
+    await apply(inUsd, usd, [], [annotatorId]);
+    const [eurBooked, commit] = [latch(), latch()];
+    // A EUR credit booked and not committed yet: its ledger entry holds the smaller id.
+    const first = withTransaction(pool, async (tx) => {
+      const before = await loadBillingTask(tx, inEur, eur, { annotators: [annotatorId] });
+      await saveBillingTask(tx, before, evolve(before, completed(inEur, eur, annotatorId)));
+      eurBooked.open();
+      await commit.opened;
+    });
+    await eurBooked.opened;
+    // A USD credit of hers waits for it, rather than commit a larger id first.
+    const second = apply(inUsd, usd, [completed(inUsd, usd, annotatorId)], [annotatorId]);
+    await someoneWaitsForALock();
+    commit.open();
+    await Promise.all([first, second]);
+    const credits = (await listLedger(pool, { annotatorId, kind: 'credit' })).map((e) => e.taskId);
+    expect(credits).toEqual([inEur, inUsd]);
+    expect(await loadPayoutBalances(pool, annotatorId)).toEqual({ EUR: price, USD: price });
+  });
 });
+

@@ -74,7 +74,10 @@ const annotatorOfKey = (key: string): AnnotatorId => key.slice(4) as AnnotatorId
  * Creates a zero payout row for each (annotator, currency) that has none, then locks the rows in
  * key order and returns their balances by `payoutKey`. The rows exist before the lock, so the lock
  * covers every payout a decision may move: two first credits of one annotator queue on the row
- * instead of both deciding against a balance of 0.
+ * instead of both deciding against a balance of 0. Every payout row of those annotators is locked,
+ * in every currency, not only the ones wanted: the ledger entries of one annotator then get their
+ * ids in the order they commit, and a client paging through her payouts by id never passes an
+ * entry that commits later with a smaller one (a credit in another currency, booked at once).
  */
 async function lockPayouts(tx: PoolClient, wanted: readonly PayoutKey[]): Promise<Map<string, Money>> {
   if (wanted.length === 0) return new Map();
@@ -85,11 +88,13 @@ async function lockPayouts(tx: PoolClient, wanted: readonly PayoutKey[]): Promis
     columns,
   );
   const { rows } = await tx.query<{ annotator_id: string; currency: string; balance: string }>(
-    `SELECT p.annotator_id, p.currency, p.balance FROM payouts p JOIN unnest($1::text[], $2::text[]) AS u(a, c) ON p.annotator_id = u.a AND p.currency = u.c
-     WHERE p.annotator_id = ANY($1::text[]) ORDER BY p.annotator_id, p.currency FOR UPDATE OF p`,
-    columns,
+    'SELECT annotator_id, currency, balance FROM payouts WHERE annotator_id = ANY($1::text[]) ORDER BY annotator_id, currency FOR UPDATE',
+    [columns[0]],
   );
-  return new Map(rows.map((r) => [payoutKey({ annotatorId: r.annotator_id as AnnotatorId, currency: r.currency }), Number(r.balance)]));
+  const wantedKeys = new Set(keys.map(payoutKey));
+  return new Map(
+    rows.map((r) => [payoutKey({ annotatorId: r.annotator_id as AnnotatorId, currency: r.currency }), Number(r.balance)] as const).filter(([key]) => wantedKeys.has(key)),
+  );
 }
 
 // A model has no payout row: nothing to create or lock for it.
