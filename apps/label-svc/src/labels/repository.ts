@@ -82,13 +82,21 @@ export async function loadLabelTasksForUpdate(tx: Queryable, taskIds: readonly T
   }
   const proposals = events.filter((e) => e.type === PRELABEL_PROPOSED);
   if (proposals.length > 0) {
-    const policies = await loadPolicies(tx, proposals.map((e) => e.projectId));
+    // The task's own project decides: its assignment's, else that of the task's events in this
+    // batch (its TaskAssigned may be here), else its first proposal's. A proposal naming another
+    // project is refused, and must not bring its project's policy to the task's other proposals.
+    const projectOf = new Map<string, string>();
+    for (const e of events) if (e.type !== PRELABEL_PROPOSED && !projectOf.has(e.taskId)) projectOf.set(e.taskId, e.projectId);
     for (const e of proposals) {
-      // The task's own project decides; a proposal naming another one is refused, and must not
-      // bring its project's policy to the task's other proposals of the batch.
-      const state = states.get(e.taskId)!;
-      const policy = policies.get(state.assignment?.projectId ?? e.projectId);
-      if (policy) states.set(e.taskId, { ...state, prelabelPolicy: policy });
+      const known = states.get(e.taskId)!.assignment?.projectId;
+      if (known !== undefined) projectOf.set(e.taskId, known);
+      else if (!projectOf.has(e.taskId)) projectOf.set(e.taskId, e.projectId);
+    }
+    const proposed = new Set(proposals.map((e) => e.taskId));
+    const policies = await loadPolicies(tx, [...new Set([...proposed].map((taskId) => projectOf.get(taskId)!))]);
+    for (const taskId of proposed) {
+      const policy = policies.get(projectOf.get(taskId)!);
+      if (policy) states.set(taskId, { ...states.get(taskId)!, prelabelPolicy: policy });
     }
   }
   return states;

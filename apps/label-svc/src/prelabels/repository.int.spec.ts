@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { buildPrelabelProposed, type ProjectId, type TaskId } from '@labelflow/contracts';
+import { buildPrelabelProposed, type DomainEvent, type ProjectId, type TaskId } from '@labelflow/contracts';
 import { migrate, withTransaction } from '@labelflow/service-kit';
 import { freshDatabase, freshSnowflake } from '@labelflow/testing';
 import { loadLabelTasksForUpdate, saveLabelTasks } from '../labels/repository';
@@ -72,4 +72,27 @@ describe('label-svc pre-label repository', () => {
       expect(states.get(taskId)!.prelabelPolicy?.projectId).toBe(projectId);
     });
   });
+
+  it("takes the policy of the project a TaskAssigned in the same batch names, whatever project the batch's last proposal names", async () => {
+    const taskId = freshSnowflake() as TaskId;
+    const other = randomUUID() as ProjectId;
+    await savePolicy(pool, { projectId: other, autoSubmit: false, minConfidence: 0.5, model: null }, 'stranger-1');
+    await savePolicy(pool, { projectId, autoSubmit: true, minConfidence: 0.5, model: null }, 'manager-1');
+    const assigned = {
+      id: freshSnowflake(),
+      type: 'TaskAssigned',
+      version: 1,
+      taskId,
+      projectId,
+      attempt: 1,
+      occurredAt: '2030-01-01T00:00:00.000Z',
+      producer: 'task-svc',
+      payload: { annotatorId: 'ann-1', leaseExpiresAt: '2030-01-02T00:00:00.000Z' },
+    } as unknown as DomainEvent;
+    await withTransaction(pool, async (tx) => {
+      const states = await loadLabelTasksForUpdate(tx, [taskId], [assigned, proposal(taskId, 1, '9'), proposal(taskId, 1, '9', other)]);
+      expect(states.get(taskId)!.prelabelPolicy?.projectId).toBe(projectId);
+    });
+  });
 });
+
