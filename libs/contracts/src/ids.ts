@@ -25,6 +25,14 @@ export const ActorName = z
   .max(128)
   .regex(/^[A-Za-z0-9][A-Za-z0-9._@-]*$/, 'must be 1-128 characters of letters, digits, . _ @ -');
 
+/**
+ * Where a task's item is, as a command names it: a URL of a scheme annotation tools fetch from.
+ * Annotation front ends put it in links and image sources, so `javascript:` and `data:` never get
+ * in. Events keep their looser field: one already published stays readable.
+ */
+export const DATA_URI_SCHEMES = ['http', 'https', 's3', 'gs', 'az', 'abfs', 'abfss'] as const;
+const dataUriPattern = new RegExp(`^(${DATA_URI_SCHEMES.join('|')})://[^\\s]`, 'i');
+
 export const TaskId = snowflake.brand<'TaskId'>();
 export type TaskId = z.infer<typeof TaskId>;
 export const ProjectId = uuid.brand<'ProjectId'>();
@@ -70,3 +78,6 @@ export const toStorableText = (value: string): string => value.replace(UNSTORABL
 /** Adds the storable-text check to a string schema: free text from outside must pass it at the edge. */
 export const storable = <S extends z.ZodType<string, string>>(schema: S) =>
   schema.refine(isStorableText, 'must not contain NUL characters or unpaired UTF-16 surrogates');
+
+/** A task's `dataUri` in a command (POST /tasks, an import line): at most 2,048 characters, of an allowed scheme. */
+export const DataUri = storable(z.string().min(1).max(2048).regex(dataUriPattern, `must be a URI of one of the schemes ${DATA_URI_SCHEMES.join(', ')} (scheme://…)`));

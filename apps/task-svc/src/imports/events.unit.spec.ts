@@ -40,7 +40,7 @@ describe('the TaskCreated events of an import', () => {
     const accepted: CreatedTask[] = [];
     let rejected = 0;
     for (let n = 1; n <= 3_000; n++) {
-      const line = { externalId: text(next, 256), title: text(next, 500), dataUri: text(next, 2048) };
+      const line = { externalId: text(next, 256), title: text(next, 500), dataUri: `s3://${text(next, 2043)}` };
       const verdict = readLine({ number: n, bytes: Buffer.from(JSON.stringify(line)) }, 16_384);
       if (verdict.kind !== 'task') {
         rejected++;

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { storable, toStorableText } from '@labelflow/contracts';
+import { DataUri, storable, toStorableText } from '@labelflow/contracts';
 import { z } from 'zod';
 
 /** Why a line of an import file was rejected. The rest of the file goes on regardless. */
@@ -16,7 +16,7 @@ export const ImportLine = z
   .object({
     externalId: storable(z.string().min(1).max(256)),
     title: storable(z.string().trim().min(1).max(500)),
-    dataUri: storable(z.string().min(1).max(2048)),
+    dataUri: DataUri,
   })
   .strict();
 export type ImportLine = z.infer<typeof ImportLine>;

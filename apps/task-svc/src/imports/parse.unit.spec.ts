@@ -81,9 +81,10 @@ describe('reading one import line', () => {
   it('rejects a missing field, an over-long external id, an unknown field and text PostgreSQL cannot store, naming the field', () => {
     const cases = [
       ['{"externalId":"e","title":"t"}', 'line.dataUri'],
-      [JSON.stringify({ externalId: 'e'.repeat(257), title: 't', dataUri: 'd' }), 'line.externalId'],
-      ['{"externalId":"e","title":"t","dataUri":"d","priority":1}', 'line '],
-      ['{"externalId":"a\\u0000b","title":"t","dataUri":"d"}', 'line.externalId'],
+      [JSON.stringify({ externalId: 'e'.repeat(257), title: 't', dataUri: 's3://b/d' }), 'line.externalId'],
+      ['{"externalId":"e","title":"t","dataUri":"s3://b/d","priority":1}', 'line '],
+      ['{"externalId":"a\\u0000b","title":"t","dataUri":"s3://b/d"}', 'line.externalId'],
+      ['{"externalId":"e","title":"t","dataUri":"javascript:alert(1)"}', 'line.dataUri'],
       ['[1,2]', 'line '],
     ] as const;
     for (const [line, named] of cases) {
@@ -97,7 +98,7 @@ describe('reading one import line', () => {
     const nasty = [
       'abc\u0000def',
       Buffer.from('{"externalId":"x"}', 'utf16le').toString('latin1'),
-      '{"externalId":"e","title":"t","dataUri":"d","x\\u0000y":1}',
+      '{"externalId":"e","title":"t","dataUri":"s3://b/d","x\\u0000y":1}',
       `{"externalId":"${'🐱'.repeat(200)}`,
       `${'🐱'.repeat(149)}x`,
     ];

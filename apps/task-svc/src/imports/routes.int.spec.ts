@@ -148,7 +148,7 @@ describe('task-svc bulk import, answered in-process', () => {
 
   it('reports a line whose error would quote NUL or half an emoji like any bad line, and imports the rest', async () => {
     const projectId = randomUUID();
-    const lines = [line('u1'), 'abc\u0000def', `{"externalId":"${'🐱'.repeat(200)}`, '{"externalId":"e","title":"t","dataUri":"d","x\\u0000y":1}', line('u2')];
+    const lines = [line('u1'), 'abc\u0000def', `{"externalId":"${'🐱'.repeat(200)}`, '{"externalId":"e","title":"t","dataUri":"s3://b/d","x\\u0000y":1}', line('u2')];
     const answer = await upload(randomUUID(), file(lines), as.manager('mgr-1', projectId), projectId);
     expect(answer.status, JSON.stringify(answer.body)).toBe(200);
     expect(answer.body).toMatchObject({ status: 'completed', lines: 5, created: 2, rejected: 3 });

@@ -63,7 +63,7 @@ describe('task-svc routes, answered in-process', () => {
     });
 
     it('answers 401 TOKEN_MISSING with a bearer challenge to a request without a token', async () => {
-      const answer = await svc.http(null).post('/tasks', { projectId: project, title: 't', dataUri: 'd' }, { 'idempotency-key': randomUUID() });
+      const answer = await svc.http(null).post('/tasks', { projectId: project, title: 't', dataUri: 's3://b/d' }, { 'idempotency-key': randomUUID() });
       expect(refusal(answer)).toEqual({ status: 401, code: 'TOKEN_MISSING' });
       expect(answer.headers.get('www-authenticate')).toBe('Bearer realm="labelflow"');
     });
@@ -71,30 +71,35 @@ describe('task-svc routes, answered in-process', () => {
     it('answers 400 VALIDATION_FAILED naming each field that failed its schema', async () => {
       const answer = await svc.http(manager).post('/tasks', { projectId: 'not-a-uuid', title: '   ', dataUri: 's3://b/1' }, { 'idempotency-key': randomUUID() });
       expect(refusal(answer)).toEqual({ status: 400, code: 'VALIDATION_FAILED', paths: ['body.projectId', 'body.title'] });
-      const extra = await svc.http(manager).post('/tasks', { projectId: project, title: 't', dataUri: 'd', priority: 1 }, { 'idempotency-key': randomUUID() });
+      const extra = await svc.http(manager).post('/tasks', { projectId: project, title: 't', dataUri: 's3://b/d', priority: 1 }, { 'idempotency-key': randomUUID() });
       expect(refusal(extra)).toEqual({ status: 400, code: 'VALIDATION_FAILED', paths: ['body'] });
+      // An annotation tool would put it in a link or an image source.
+      for (const dataUri of ['javascript:alert(1)', 'data:text/html,<script>x</script>', 'cats/1.jpg']) {
+        const answer = await svc.http(manager).post('/tasks', { projectId: project, title: 't', dataUri }, { 'idempotency-key': randomUUID() });
+        expect(refusal(answer), dataUri).toEqual({ status: 400, code: 'VALIDATION_FAILED', paths: ['body.dataUri'] });
+      }
     });
 
     it('answers 404 PROJECT_NOT_FOUND to a caller with no role in the project', async () => {
-      const answer = await svc.http(stranger).post('/tasks', { projectId: project, title: 't', dataUri: 'd' }, { 'idempotency-key': randomUUID() });
+      const answer = await svc.http(stranger).post('/tasks', { projectId: project, title: 't', dataUri: 's3://b/d' }, { 'idempotency-key': randomUUID() });
       expect(refusal(answer)).toEqual({ status: 404, code: 'PROJECT_NOT_FOUND' });
     });
 
     it('answers 403 FORBIDDEN to reviewers and annotators of the project, before looking at the key', async () => {
       for (const who of [reviewer, annotator]) {
-        expect(refusal(await svc.http(who).post('/tasks', { projectId: project, title: 't', dataUri: 'd' }))).toEqual({ status: 403, code: 'FORBIDDEN' });
+        expect(refusal(await svc.http(who).post('/tasks', { projectId: project, title: 't', dataUri: 's3://b/d' }))).toEqual({ status: 403, code: 'FORBIDDEN' });
       }
     });
 
     it('answers 400 IDEMPOTENCY_KEY_REQUIRED to an authorized request without a key', async () => {
-      expect(refusal(await svc.http(manager).post('/tasks', { projectId: project, title: 't', dataUri: 'd' }))).toEqual({ status: 400, code: 'IDEMPOTENCY_KEY_REQUIRED' });
+      expect(refusal(await svc.http(manager).post('/tasks', { projectId: project, title: 't', dataUri: 's3://b/d' }))).toEqual({ status: 400, code: 'IDEMPOTENCY_KEY_REQUIRED' });
     });
 
     it('answers 409 PROJECT_KEY_MISMATCH when a task names another key than the project numbers its tasks with', async () => {
       const keyed = randomUUID();
       const admin = as.admin();
       expect((await createTask(admin, keyed, { projectKey: 'ALPHA' })).taskNumber).toBe('ALPHA-1');
-      const answer = await svc.http(admin).post('/tasks', { projectId: keyed, title: 't', dataUri: 'd', projectKey: 'BETA' }, { 'idempotency-key': randomUUID() });
+      const answer = await svc.http(admin).post('/tasks', { projectId: keyed, title: 't', dataUri: 's3://b/d', projectKey: 'BETA' }, { 'idempotency-key': randomUUID() });
       expect(refusal(answer)).toEqual({ status: 409, code: 'PROJECT_KEY_MISMATCH' });
     });
   });

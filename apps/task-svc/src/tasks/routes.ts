@@ -3,7 +3,7 @@ import type { IdempotentOptions } from '@labelflow/idempotency';
 import { createSegmentAllocator, formatTaskNumber, ProjectKey } from '@labelflow/idgen';
 import { z } from 'zod';
 import { can, canSeeProject, Permission, projectsWith } from '@labelflow/auth';
-import { AnnotatorId, Attempt, ProjectId, storable, TaskId } from '@labelflow/contracts';
+import { AnnotatorId, Attempt, DataUri, ProjectId, storable, TaskId } from '@labelflow/contracts';
 import { awaitTask, clientGone, decodeCursor, encodeCursor, guard, honourPreferWait, HttpError, PageQuery, parseInput, type PoolClient, type ServiceContext } from '@labelflow/service-kit';
 import type { TaskSvcConfig } from '../config';
 import type { TaskCommand, TaskRejection } from './decide';
@@ -12,7 +12,7 @@ import { listTasks, loadTask, projectKeyFor, TaskListPosition, type TaskRecord }
 import { TaskStatus } from './state';
 
 const CreateTaskBody = z
-  .object({ projectId: ProjectId, title: storable(z.string().trim().min(1).max(500)), dataUri: storable(z.string().min(1).max(2048)), projectKey: ProjectKey.optional() })
+  .object({ projectId: ProjectId, title: storable(z.string().trim().min(1).max(500)), dataUri: DataUri, projectKey: ProjectKey.optional() })
   .strict();
 /** Task numbers of a project whose first task named no key read `TASK-1`, `TASK-2`, ... */
 const DEFAULT_PROJECT_KEY = 'TASK';
