@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type {} from '@labelflow/idempotency';
 import { z } from 'zod';
 import { can, canSeeProject, Permission } from '@labelflow/auth';
-import { Annotation, AnnotatorId, Attempt, TaskId, WorkDurationMs } from '@labelflow/contracts';
+import { Annotation, AnnotatorId, Attempt, isMachineActor, TaskId, WorkDurationMs } from '@labelflow/contracts';
 import { clientGone, guard, honourPreferWait, HttpError, parseInput, retryWhileNotYet, type ServiceContext } from '@labelflow/service-kit';
 import type { LabelSvcConfig } from '../config';
 import type { LabelRejection } from './decide';
@@ -44,6 +44,8 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
     const { annotatorId: named, ...body } = parseInput(SubmitBody, request.body);
     const annotatorId = request.principal.subject as AnnotatorId;
     if (named !== undefined && named !== annotatorId) throw new HttpError(403, 'ACTOR_MISMATCH', `annotatorId must be the caller (${annotatorId}); leave it out`);
+    // Whatever the task: nobody submits under a model's name, so there is nothing to wait for either.
+    if (isMachineActor(annotatorId)) throw new HttpError(403, 'MACHINE_ACTOR_RESERVED', `${annotatorId} has the form of a model's annotator id (model.<name>@<version>), reserved for machine pre-labels`);
     return retryWhileNotYet({
       signals: ctx.signals,
       taskId,
