@@ -68,13 +68,18 @@ export function checkVerifierOptions(options: TokenVerifierOptions): string[] {
  * `aud`, `exp` (required) and `nbf` within the clock tolerance, a well-formed `sub` and
  * labelflow claim.
  */
+/** How long a fetched key set is trusted before it is fetched again. */
+export const JWKS_CACHE_MAX_AGE_MS = 60_000;
+
 export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifier {
   const problems = checkVerifierOptions(options);
   if (problems.length > 0) throw new AuthError(AuthErrors.CONFIG_INVALID, `invalid token verifier settings: ${problems.join('; ')}`, { details: problems });
   const keySet: JWTVerifyGetKey | undefined = options.jwks
     ? createLocalJWKSet(options.jwks)
     : options.jwksUrl
-      ? createRemoteJWKSet(new URL(options.jwksUrl), { timeoutDuration: options.jwksTimeoutMs ?? 5_000, cooldownDuration: 30_000, cacheMaxAge: 600_000 })
+      ? // A key the identity provider withdrew (leaked, rotated out) is refused within a minute of
+        // the next token's check: one small fetch a minute per service is the price.
+        createRemoteJWKSet(new URL(options.jwksUrl), { timeoutDuration: options.jwksTimeoutMs ?? 5_000, cooldownDuration: 30_000, cacheMaxAge: JWKS_CACHE_MAX_AGE_MS })
       : undefined;
   const secret = options.sharedSecret === undefined ? undefined : new TextEncoder().encode(options.sharedSecret);
   const algorithms = [...(keySet ? ASYMMETRIC_ALGORITHMS : []), ...(secret ? [SYMMETRIC_ALGORITHM] : [])];
