@@ -107,13 +107,35 @@ export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifie
   // stay verified until `exp`. Only successes are kept, keyed by the whole token.
   const verified = new Map<string, { readonly principal: Principal; readonly expiresMs: number }>();
 
+  const verifyOptions = () => ({ issuer: options.issuer, audience: options.audience, algorithms, clockTolerance, requiredClaims: ['exp', 'sub'], currentDate: new Date(now()) });
+  /**
+   * jwtVerify against the key set; a token without a `kid` while the set holds two keys of its type
+   * (a rotation under way) is tried against each of them, so it is not refused for the provider's
+   * overlap: only a signature none of them verifies fails.
+   */
+  async function verifySignature(token: string) {
+    try {
+      return await jwtVerify(token, getKey, verifyOptions());
+    } catch (error) {
+      if (!(error instanceof errors.JWKSMultipleMatchingKeys)) throw error;
+      for await (const key of error as errors.JWKSMultipleMatchingKeys & AsyncIterable<Parameters<typeof jwtVerify>[1]>) {
+        try {
+          return await jwtVerify(token, key, verifyOptions());
+        } catch (inner) {
+          if (!(inner instanceof errors.JWSSignatureVerificationFailed)) throw inner;
+        }
+      }
+      throw new errors.JWSSignatureVerificationFailed();
+    }
+  }
+
   return {
     async verify(token) {
       const hit = verified.get(token);
       if (hit && hit.expiresMs > now()) return { ok: true, value: hit.principal };
       if (hit) verified.delete(token);
       try {
-        const { payload } = await jwtVerify(token, getKey, { issuer: options.issuer, audience: options.audience, algorithms, clockTolerance, requiredClaims: ['exp', 'sub'], currentDate: new Date(now()) });
+        const { payload } = await verifySignature(token);
         const lifetime = lifetimeProblem(payload, { nowS: now() / 1000, maxLifetimeS, clockTolerance });
         if (lifetime) return { ok: false, reason: { code: AuthErrors.TOKEN_INVALID, message: lifetime } };
         const principal = principalFromClaims(payload);

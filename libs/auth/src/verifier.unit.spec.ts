@@ -136,6 +136,15 @@ describe('token verification', async () => {
     }
   });
 
+  it('accepts a token without a kid while two keys of its type are published (a rotation), and only one either key signed', async () => {
+    const [before, after, stranger] = await Promise.all([generateKeyPair('ES256', { extractable: true }), generateKeyPair('ES256', { extractable: true }), generateKeyPair('ES256', { extractable: true })]);
+    const jwks = { keys: [{ ...(await exportJWK(before.publicKey)), alg: 'ES256' }, { ...(await exportJWK(after.publicKey)), alg: 'ES256' }] };
+    const rotating = createTokenVerifier({ issuer, audience, jwks });
+    const signedBy = (key: Parameters<SignJWT['sign']>[0]) => new SignJWT({}).setProtectedHeader({ alg: 'ES256' }).setSubject('bob').setIssuer(issuer).setAudience(audience).setExpirationTime('1h').sign(key);
+    for (const key of [before.privateKey, after.privateKey]) expect((await rotating.verify(await signedBy(key))).ok).toBe(true);
+    expect(await rotating.verify(await signedBy(stranger.privateKey))).toEqual({ ok: false, reason: { code: 'TOKEN_INVALID', message: "the token's signature does not verify" } });
+  });
+
   it('accepts HS256 only with an explicitly configured shared secret of at least 32 bytes', async () => {
     expect(() => createTokenVerifier({ issuer, audience, sharedSecret: 'short' })).toThrow(AuthError);
     const secret = 'x'.repeat(32);
