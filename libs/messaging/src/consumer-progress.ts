@@ -63,6 +63,9 @@ export interface ProgressProbe {
   caughtUpTo(): number | undefined;
 }
 
+/** Where the group resumes on a partition: its commit, or the log start when it has none or retention deleted past it. */
+const resumesAt = (committed: PartitionOffsets, lows: PartitionOffsets, tp: string): number => Math.max(committed.get(tp) ?? -1, lows.get(tp) ?? 0);
+
 /**
  * Progress probes: the topics' high watermarks taken at an instant, then compared with the
  * group's committed offsets until the group has passed them. The newest probe it passed is how
@@ -74,9 +77,6 @@ export interface ProgressProbe {
  * from the log start where the group is behind it (no commit yet, or retention deleted what it had
  * not read); log starts move only with retention, so they are read once in `LOG_START_EVERY` probes.
  */
-/** Where the group resumes on a partition: its commit, or the log start when it has none or retention deleted past it. */
-const resumesAt = (committed: PartitionOffsets, lows: PartitionOffsets, tp: string): number => Math.max(committed.get(tp) ?? -1, lows.get(tp) ?? 0);
-
 export function createProgressProbe({ source, groupId, topics, everyMs, metrics, log }: ProgressProbeDeps): ProgressProbe {
   const probes: { readonly at: number; readonly highs: PartitionOffsets }[] = [];
   let caughtUp: number | undefined;

@@ -25,6 +25,7 @@ describe('a deadline sweep', () => {
     async fire(tx, key) {
       await tx.query('UPDATE deadlines SET fired = true WHERE key = $1', [key]);
       if (key === 'poison') throw new Error('this deadline cannot fire');
+      if (key === 'busy') throw Object.assign(new Error('lost a race'), { retriable: true });
       return [];
     },
   };
@@ -49,4 +50,19 @@ describe('a deadline sweep', () => {
     // Only the poison is left: the next sweep fires nothing, and ends rather than claiming it forever.
     expect(await sweepOnce(sweeper, deps)).toBe(0);
   });
+
+  it('leaves a deadline that failed transiently to the next sweep without counting or warning, and fires the others', async () => {
+    await pool.query('TRUNCATE deadlines');
+    await pool.query(`INSERT INTO deadlines (key, due_at) VALUES ('busy', now() - interval '1 hour'), ('k9', now() - interval '1 minute')`);
+    const logs = captureLogs({ service: 'sweeper-test' });
+    const metrics = createMetrics({ service: 'sweeper-test', defaults: false });
+
+    expect(await sweepOnce(sweeper, { pool, emit: async () => [], logger: logs.logger, metrics, now: () => new Date(), everyMs: 1_000 })).toBe(1);
+
+    const { rows } = await pool.query<{ key: string; fired: boolean }>('SELECT key, fired FROM deadlines ORDER BY key');
+    expect(rows).toEqual([{ key: 'busy', fired: false }, { key: 'k9', fired: true }]);
+    expect(logs.lines.filter((l) => l.level >= 40)).toEqual([]);
+    expect(await metrics.render()).not.toMatch(/deadlines_failed_total\{/);
+  });
 });
+

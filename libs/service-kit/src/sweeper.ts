@@ -1,5 +1,5 @@
 import type { Logger, Metrics } from '@labelflow/telemetry';
-import { withTransaction, type Pool, type PoolClient } from './db';
+import { isTransientDbError, withTransaction, type Pool, type PoolClient } from './db';
 import type { Emit, EventDraft } from './events';
 import type { Lifecycle } from './lifecycle';
 
@@ -47,6 +47,8 @@ export function sweepClock(deps: Pick<SweeperDeps, 'now' | 'caughtUpTo'>): Date 
   return caughtUp < now.getTime() ? new Date(caughtUp) : now;
 }
 
+const transient = (error: unknown): boolean => (error as { retriable?: unknown } | null)?.retriable === true || isTransientDbError(error);
+
 /**
  * Sweeps once: fires everything due now, batch by batch. Returns how many keys fired.
  *
@@ -77,8 +79,14 @@ export async function sweepOnce(sweeper: Sweeper, deps: SweeperDeps): Promise<nu
       }
       return { claimed: keys.length, fired: keys.length - failures.length, failed: failures };
     });
-    for (const { key, error } of failed) deps.logger.warn({ err: error, sweeper: sweeper.name, key }, 'deadline failed to fire; the others fired, it is tried again next sweep');
-    if (failed.length > 0) deps.metrics?.counter('deadlines_failed_total', 'Due deadlines whose firing threw; each is tried again on the next sweep', ['sweeper']).inc({ sweeper: sweeper.name }, failed.length);
+    // A lost race or a lock wait is the next sweep's business, as it always was; only a firing
+    // refused for what it is (a row or an event no retry will change) is counted and alerted on.
+    const refused = failed.filter(({ error }) => !transient(error));
+    for (const { key, error } of failed) {
+      if (transient(error)) deps.logger.debug({ err: error, sweeper: sweeper.name, key }, 'deadline not fired this sweep (transient); tried again next sweep');
+      else deps.logger.warn({ err: error, sweeper: sweeper.name, key }, 'deadline failed to fire; the others fired, it is tried again next sweep');
+    }
+    if (refused.length > 0) deps.metrics?.counter('deadlines_failed_total', 'Due deadlines whose firing was refused (not a transient failure); each is tried again on the next sweep', ['sweeper']).inc({ sweeper: sweeper.name }, refused.length);
     total += fired;
     // A full batch may have more behind it, unless nothing of it fired: the same keys would come back.
     if (claimed < batchSize || fired === 0) return total;
