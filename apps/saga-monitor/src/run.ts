@@ -25,7 +25,7 @@ export async function runSagaMonitor(built: BuiltService<SagaMonitorConfig>): Pr
       const leaseMs = config.MONITOR_WEBHOOK_ATTEMPTS * (config.MONITOR_WEBHOOK_TIMEOUT_MS + 8_000) + 5_000;
       startWebhookRelay({ pool, webhook, logger, everyMs: config.MONITOR_NOTICE_POLL_MS, leaseMs }, lifecycle);
     }
-    await startDeadLetterFollower({ config, pool, logger, lifecycle });
+    await startDeadLetterFollower({ config, pool, logger, metrics, lifecycle });
   } catch (error) {
     await lifecycle.close();
     throw error;

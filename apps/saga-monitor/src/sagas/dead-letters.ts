@@ -2,7 +2,7 @@ import { TopicOwners } from '@labelflow/contracts';
 import type { ConsumerRunConfig } from 'kafkajs';
 import { createConsumerMetrics, createKafka, defaultRestart, ensureTopics, superviseConsumer } from '@labelflow/messaging';
 import { deadLetterTopic, kafkaSecurity, type Lifecycle, type Pool, type Queryable } from '@labelflow/service-kit';
-import type { Logger } from '@labelflow/telemetry';
+import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { SagaMonitorConfig } from '../config';
 
 /** Headers the consumer loop writes on every dead letter (libs/messaging/src/dead-letter.ts). */
@@ -83,8 +83,22 @@ export async function deadLettersOf(db: Queryable, taskId: string): Promise<Dead
  * for its task's timeline. At least once into an idempotent insert (the coordinates are the key),
  * so a restart that reads some again records nothing twice.
  */
-export async function startDeadLetterFollower(deps: { readonly config: SagaMonitorConfig; readonly pool: Pool; readonly logger: Logger; readonly lifecycle: Lifecycle }): Promise<void> {
-  const { config, pool, lifecycle } = deps;
+/**
+ * The follower's supervision under names of its own: the monitor's main consumer already reports
+ * consumer_running and consumer_crashes_total in this process, without a label to tell two apart.
+ */
+function followerMetrics(metrics: Metrics): ReturnType<typeof createConsumerMetrics> {
+  const running = metrics.gauge('saga_monitor_dead_letter_follower_running', "1 while the follower of the services' dead-letter topics consumes, else 0");
+  return {
+    ...createConsumerMetrics(undefined),
+    runningGauge: running,
+    crashCount: metrics.counter('saga_monitor_dead_letter_follower_crashes_total', 'Crashes of the follower of the dead-letter topics, by who restarts it', ['restart']),
+    restartCount: metrics.counter('saga_monitor_dead_letter_follower_restarts_total', 'Restarts of the follower the monitor made after kafkajs gave up'),
+  };
+}
+
+export async function startDeadLetterFollower(deps: { readonly config: SagaMonitorConfig; readonly pool: Pool; readonly logger: Logger; readonly metrics: Metrics; readonly lifecycle: Lifecycle }): Promise<void> {
+  const { config, pool, lifecycle, metrics } = deps;
   const logger = deps.logger.child({ component: 'dead-letters' });
   const prefix = config.KAFKA_TOPIC_PREFIX;
   const kafka = createKafka({ brokers: config.KAFKA_BROKERS, clientId: 'saga-monitor-dead-letters', logger, ...kafkaSecurity(config) });
@@ -96,12 +110,14 @@ export async function startDeadLetterFollower(deps: { readonly config: SagaMonit
     eachMessage: async ({ topic, partition, message }) => {
       const row = readDeadLetter(topic, partition, message, prefix);
       await recordDeadLetter(pool, row);
+      recorded.inc({ service: row.service });
       logger.info({ topic, offset: message.offset, taskId: row.taskId, code: row.code }, 'dead letter recorded');
     },
   };
   // Restarted, with backoff, after a crash kafkajs gives up on (a refused join, a coordinator
   // error it does not retry): a dead follower would leave timelines without their dead letters.
-  const supervision = superviseConsumer({ consumer, runConfig, policy: defaultRestart, metrics: createConsumerMetrics(undefined), log: logger });
+  const recorded = metrics.counter('saga_monitor_dead_letters_recorded_total', "Dead letters read from the services' dead-letter topics and recorded for the timelines, by service", ['service']);
+  const supervision = superviseConsumer({ consumer, runConfig, policy: defaultRestart, metrics: followerMetrics(metrics), log: logger });
   lifecycle.onClose('dead-letter-follower', async () => {
     await supervision.close();
     await consumer.disconnect();

@@ -123,6 +123,10 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
       // The consumer's error text and the DLQ coordinates are for the admins who replay it.
       expect(saga.deadLetters[0]).not.toHaveProperty('reason');
       expect(saga.deadLetters[0]).not.toHaveProperty('source');
+      // The follower of the dead-letter topics reports under names of its own, beside the main consumer.
+      const text = await metrics();
+      expect(metricValue(text, 'saga_monitor_dead_letter_follower_running', {})).toBe(1);
+      expect(metricValue(text, 'saga_monitor_dead_letters_recorded_total', { service: 'label-svc' })).toBe(1);
       const asAdmin = (await svc.http(as.admin()).get<TimelineView>(`/sagas/${reworked}`)).body;
       expect(asAdmin.deadLetters).toEqual([expect.objectContaining({ service: 'label-svc', code: 'DECODE_FAILED', reason: 'not JSON', source: `${svc.prefix}.task-events/0@41` })]);
     });
