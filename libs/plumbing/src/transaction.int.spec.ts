@@ -60,6 +60,30 @@ describe('withTransaction on a real PostgreSQL', () => {
     expect(await db.ids()).not.toContain('c');
   });
 
+  it('reads one snapshot across its statements with snapshot, so a commit between them is not seen, and refuses writes', async () => {
+    await db.pool.query("INSERT INTO items (id) VALUES ('snap-1')");
+    const other = new pg.Client({ connectionString: db.url });
+    await other.connect();
+    try {
+      const counts = await withTransaction(
+        db.pool,
+        async (tx) => {
+          const count = async () => Number((await tx.query<{ n: string }>("SELECT count(*) AS n FROM items WHERE id LIKE 'snap-%'")).rows[0]?.n);
+          const before = await count();
+          await other.query("INSERT INTO items (id) VALUES ('snap-2')");
+          return [before, await count()];
+        },
+        { snapshot: true },
+      );
+      expect(counts).toEqual([1, 1]);
+      expect(await db.ids()).toContain('snap-2');
+      await expect(withTransaction(db.pool, insert('snap-3'), { snapshot: true })).rejects.toMatchObject({ code: '25006' });
+      expect(await db.ids()).not.toContain('snap-3');
+    } finally {
+      await other.end();
+    }
+  });
+
   it('bounds a lock wait inside the transaction by lockTimeoutMs, and only inside it', async () => {
     const holder = new pg.Client({ connectionString: db.url });
     await holder.connect();

@@ -72,6 +72,12 @@ export interface TransactionOptions<T> {
    * Default: always commit.
    */
   readonly commitIf?: (result: T) => boolean;
+  /**
+   * `REPEATABLE READ READ ONLY`: every statement of the body reads the same snapshot, taken at its
+   * first statement, and none may write. For a read made of several queries whose answers must
+   * agree (a balance and the entries it sums), where READ COMMITTED lets a commit land between them.
+   */
+  readonly snapshot?: boolean;
 }
 
 /**
@@ -88,9 +94,9 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) 
   return withChildSpan('db transaction', { 'db.system.name': 'postgresql' }, (span) => transact(pool, fn, options, span));
 }
 
-async function transact<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>, { lockTimeoutMs, commitIf }: TransactionOptions<T>, span: TraceSpan | undefined): Promise<T> {
+async function transact<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>, { lockTimeoutMs, commitIf, snapshot }: TransactionOptions<T>, span: TraceSpan | undefined): Promise<T> {
   return onClient(pool, async (client) => {
-    await client.query(beginSql(lockTimeoutMs));
+    await client.query(beginSql(lockTimeoutMs, snapshot));
     const result = await (isGuarded(pool) ? asTransactionBody(() => fn(client)) : fn(client));
     const commit = !commitIf || commitIf(result);
     const ended = await client.query(commit ? 'COMMIT' : 'ROLLBACK');
@@ -106,7 +112,10 @@ async function transact<T>(pool: pg.Pool, fn: (tx: pg.PoolClient) => Promise<T>,
   });
 }
 
-const beginSql = (lockTimeoutMs: number | undefined) => (lockTimeoutMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL lock_timeout = ${lockTimeoutMs}`);
+const beginSql = (lockTimeoutMs: number | undefined, snapshot = false) => {
+  const begin = snapshot ? 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY' : 'BEGIN';
+  return lockTimeoutMs === undefined ? begin : `${begin}; SET LOCAL lock_timeout = ${lockTimeoutMs}`;
+};
 
 /**
  * Runs `work` on a client of `pool`. If it throws, a ROLLBACK (a no-op when no transaction is

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { can, Permission, projectsWith, type Principal } from '@labelflow/auth';
 import { AnnotatorId, TaskId } from '@labelflow/contracts';
-import { decodeCursor, encodeCursor, guard, HttpError, PageQuery, parseInput, type ServiceContext } from '@labelflow/service-kit';
+import { decodeCursor, encodeCursor, guard, HttpError, PageQuery, parseInput, withTransaction, type ServiceContext } from '@labelflow/service-kit';
 import type { BillingSvcConfig } from '../config';
 import { budgets, LedgerListPosition, type LedgerRecord } from '../projects/port';
 import { listBillings, loadPayoutBalances, type BillingRecord } from './repository';
@@ -37,20 +37,29 @@ export function billingReadRoutes(app: FastifyInstance, ctx: ServiceContext<Bill
     const projectIds = everything ? 'all' : projectsWith(principal, Permission.peopleRead);
     if (projectIds !== 'all' && projectIds.length === 0) throw new HttpError(404, 'ANNOTATOR_NOT_FOUND', `no payouts of ${annotatorId} you may see`);
     const after = cursor === undefined ? undefined : decodeCursor(LedgerListPosition, cursor);
-    const [balances, { items, next }] = await Promise.all([
-      everything ? loadPayoutBalances(ctx.pool, annotatorId) : Promise.resolve(undefined),
-      budgets.pageOfAnnotator(ctx.pool, { annotatorId, projectIds, limit, ...(after ? { afterId: after.afterId } : {}) }),
-    ]);
+    // One snapshot: the balances are the sum of the entries listed, even while a credit commits.
+    const { balances, items, next, currencies } = await withTransaction(
+      ctx.pool,
+      async (tx) => {
+        const page = await budgets.pageOfAnnotator(tx, { annotatorId, projectIds, limit, ...(after ? { afterId: after.afterId } : {}) });
+        return {
+          ...page,
+          balances: everything ? await loadPayoutBalances(tx, annotatorId) : undefined,
+          currencies: await budgets.currencies(tx, page.items.map((e) => e.projectId)),
+        };
+      },
+      { snapshot: true },
+    );
     // A manager who never paid her learns nothing about her, not even that she exists.
     if (!everything && after === undefined && items.length === 0) throw new HttpError(404, 'ANNOTATOR_NOT_FOUND', `no payouts of ${annotatorId} you may see`);
-    const currencies = await budgets.currencies(ctx.pool, items.map((e) => e.projectId));
     const entries = items.map((e) => ({ ...payoutView(principal, e), currency: currencies.get(e.projectId) ?? null }));
     return { annotatorId, ...(balances === undefined ? {} : { balances }), entries, nextCursor: next === null ? null : encodeCursor(next) };
   });
 
   app.get('/tasks/:taskId/billing', async (request) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
-    const [billings, ledger] = await Promise.all([listBillings(ctx.pool, taskId), budgets.entriesOfTask(ctx.pool, taskId)]);
+    // One snapshot: a billing and the ledger entries it moved are seen together or not at all.
+    const [billings, ledger] = await withTransaction(ctx.pool, async (tx) => [await listBillings(tx, taskId), await budgets.entriesOfTask(tx, taskId)] as const, { snapshot: true });
     const projectId = billings[0]?.projectId ?? ledger[0]?.projectId;
     const notFound = { code: 'TASK_NOT_FOUND', message: `billing-svc knows nothing of task ${taskId}` };
     if (projectId === undefined && !request.principal.admin) throw new HttpError(404, notFound.code, notFound.message);
