@@ -135,7 +135,9 @@ export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifie
       if (hit && hit.expiresMs > now()) return { ok: true, value: hit.principal };
       if (hit) verified.delete(token);
       try {
-        const { payload } = await verifySignature(token);
+        const { payload, protectedHeader } = await verifySignature(token);
+        const kind = typeProblem(protectedHeader.typ);
+        if (kind) return { ok: false, reason: { code: AuthErrors.TOKEN_INVALID, message: kind } };
         const lifetime = lifetimeProblem(payload, { nowS: now() / 1000, maxLifetimeS, clockTolerance });
         if (lifetime) return { ok: false, reason: { code: AuthErrors.TOKEN_INVALID, message: lifetime } };
         const principal = principalFromClaims(payload);
@@ -158,6 +160,23 @@ export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifie
 
 export const DEFAULT_CACHE_TTL_MS = 60_000;
 export const DEFAULT_MAX_LIFETIME_S = 86_400;
+
+/**
+ * Header types of an access token: RFC 9068's `at+jwt` (with or without the `application/`
+ * prefix), the generic `JWT`, or none, as most identity providers issue them.
+ */
+const ACCESS_TOKEN_TYPES: ReadonlySet<string> = new Set(['jwt', 'at+jwt', 'application/at+jwt']);
+
+/**
+ * Why a token's `typ` header says it is some other kind of JWT the same identity provider signs
+ * with the same keys (a DPoP proof `dpop+jwt`, a logout token `logout+jwt`, a security event
+ * `secevent+jwt`…), or undefined. Such a token carries `iss`, `sub` and often `aud` too; accepting
+ * it as a bearer token is the token confusion RFC 8725 (section 3.11) warns of.
+ */
+function typeProblem(typ: string | undefined): string | undefined {
+  if (typ === undefined || ACCESS_TOKEN_TYPES.has(typ.toLowerCase())) return undefined;
+  return `the token's typ header ${JSON.stringify(typ.slice(0, 40))} is not that of an access token (JWT or at+jwt)`;
+}
 
 /** Why a token's `iat`/`exp` make it unacceptable however well it is signed, or undefined. */
 function lifetimeProblem(payload: JWTPayload, { nowS, maxLifetimeS, clockTolerance }: { nowS: number; maxLifetimeS: number; clockTolerance: number }): string | undefined {

@@ -69,6 +69,23 @@ describe('token verification', async () => {
     expect((await verifier.verify(await token({ iat: nowS + 10, exp: nowS + 3_600 }))).ok).toBe(true);
   });
 
+  it('accepts a token typed JWT, at+jwt or not typed at all, and refuses another kind of JWT the same key signed', async () => {
+    const key = await importJWK(privateJwk, 'EdDSA');
+    const typed = (typ: string | undefined) =>
+      new SignJWT({ labelflow: { projects: {} } })
+        .setProtectedHeader({ alg: 'EdDSA', kid: privateJwk.kid as string, ...(typ === undefined ? {} : { typ }) })
+        .setIssuer(issuer)
+        .setAudience(audience)
+        .setSubject('alice')
+        .setIssuedAt()
+        .setExpirationTime('10m')
+        .sign(key);
+    for (const typ of [undefined, 'JWT', 'jwt', 'at+jwt', 'application/at+JWT']) expect((await verifier.verify(await typed(typ))).ok, String(typ)).toBe(true);
+    for (const typ of ['dpop+jwt', 'logout+jwt', 'secevent+jwt']) {
+      expect(await verifier.verify(await typed(typ))).toEqual({ ok: false, reason: { code: 'TOKEN_INVALID', message: `the token's typ header "${typ}" is not that of an access token (JWT or at+jwt)` } });
+    }
+  });
+
   it('stops accepting a remembered token within two minutes once its key is gone from the identity provider\'s key set', async () => {
     vi.useFakeTimers({ toFake: ['Date'] });
     try {
