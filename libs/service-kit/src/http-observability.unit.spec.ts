@@ -5,6 +5,7 @@ import { createMetrics, currentTraceHeaders, installTracePropagation, startTraci
 import { captureLogs } from '@labelflow/testing';
 import { BaseConfig, loadConfig } from './config';
 import { createHttpApp, createMetricsApp, requestTrace } from './http';
+import { honourPreferWait } from './prefer';
 
 const ISSUER = 'observability-test-issuer';
 const AUDIENCE = 'observability-test';
@@ -28,6 +29,8 @@ async function appWithRoutes(metrics = createMetrics({ service: 'http-test', def
   app.post('/tasks/:taskId/claim', async (request) => requestTrace(request) ?? currentTraceHeaders());
   app.post('/active', async () => currentTraceHeaders());
   app.post('/tasks', async (_request, reply) => reply.status(201).send({ taskId: '9001', projectId: 'c6c7d0a2-1b2c-4d5e-8f90-abcdef012345' }));
+  // A route that honours Prefer: wait (and here answers at once).
+  app.post('/tasks/:taskId/labels', async (request, reply) => ({ waitMs: honourPreferWait(request, reply) ?? null }));
   await app.ready();
   return { app, metrics };
 }
@@ -42,8 +45,19 @@ describe('service-kit: HTTP request metrics', () => {
     const text = await metrics.render();
     expect(text).toContain('http_requests_total{method="POST",route="/tasks/:taskId/claim",status="200",service="http-test"} 2');
     expect(text).toContain('http_requests_total{method="POST",route="/tasks/:taskId/claim",status="401",service="http-test"} 1');
-    expect(text).toContain('http_request_duration_seconds_count{service="http-test",method="POST",route="/tasks/:taskId/claim"} 3');
+    expect(text).toContain('http_request_duration_seconds_count{service="http-test",method="POST",route="/tasks/:taskId/claim",long_poll="false"} 3');
     expect(text).not.toContain('/tasks/123');
+  });
+
+  it('files the durations of requests whose Prefer: wait was honoured apart, so a long poll is not read as latency', async () => {
+    const { app, metrics } = await appWithRoutes();
+    await app.inject({ method: 'POST', url: '/tasks/7/labels', headers: { ...admin, prefer: 'wait=5' }, payload: {} });
+    await app.inject({ method: 'POST', url: '/tasks/7/labels', headers: admin, payload: {} });
+    await app.inject({ method: 'POST', url: '/tasks/7/labels', headers: admin, payload: {} });
+
+    const text = await metrics.render();
+    expect(text).toContain('http_request_duration_seconds_count{service="http-test",method="POST",route="/tasks/:taskId/labels",long_poll="true"} 1');
+    expect(text).toContain('http_request_duration_seconds_count{service="http-test",method="POST",route="/tasks/:taskId/labels",long_poll="false"} 2');
   });
 
   it('files every unknown path under one route, so scanners cannot grow the series', async () => {

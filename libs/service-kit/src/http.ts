@@ -5,6 +5,7 @@ import type { ErrorBody } from '@labelflow/contracts';
 import { continuedTraceHeaders, incomingTraceHeaders, startSpan, tracingEnabled, type Logger, type Metrics, type SagaFacts, type TraceHeaders, type TraceSpan } from '@labelflow/telemetry';
 import { isTransientDbError } from './db';
 import { HttpError, ServiceKitError, ServiceKitErrors } from './errors';
+import { PREFERENCE_APPLIED_HEADER } from './prefer';
 
 export interface HttpAppDeps {
   readonly logger: Logger;
@@ -83,6 +84,7 @@ const errorBody = (code: string, message: string, details?: unknown): ErrorBody 
 const routeOf = (request: FastifyRequest): string => request.routeOptions.url ?? 'unmatched';
 
 // Long polls (Prefer: wait, up to 30 s) sit in the top buckets; commands in the lower ones.
+// `long_poll` keeps them apart: a wait the client asked for is not latency.
 const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
 /** Ids as the services issue them (decimal task ids, UUID project ids): anything else is not a saga fact. */
@@ -116,14 +118,14 @@ export function requestTrace(request: FastifyRequest): TraceHeaders | undefined 
  */
 function instrument(app: FastifyInstance, metrics: Metrics | undefined): void {
   const requests = metrics?.counter('http_requests_total', 'HTTP requests by route pattern, method and status', ['method', 'route', 'status']);
-  const duration = metrics?.histogram('http_request_duration_seconds', 'HTTP request duration by route pattern and method', ['method', 'route'], DURATION_BUCKETS);
+  const duration = metrics?.histogram('http_request_duration_seconds', 'HTTP request duration by route pattern and method, and whether the request was a long poll (Prefer: wait honoured)', ['method', 'route', 'long_poll'], DURATION_BUCKETS);
   const spans = new WeakMap<FastifyRequest, TraceSpan>();
 
   app.addHook('onResponse', async (request, reply) => {
     const route = routeOf(request);
     const status = reply.statusCode;
     requests?.inc({ method: request.method, route, status: String(status) });
-    duration?.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+    duration?.observe({ method: request.method, route, long_poll: reply.hasHeader(PREFERENCE_APPLIED_HEADER) ? 'true' : 'false' }, reply.elapsedTime / 1000);
     spans.get(request)?.end({ failed: status >= 500, attributes: { 'http.response.status_code': status } });
   });
   // Decided once, when the app is made (the runtime starts tracing first): with tracing off, no
