@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createMetrics } from '@labelflow/telemetry';
+import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-base';
+import { createMetrics, currentTraceHeaders, installTracePropagation, startTracing } from '@labelflow/telemetry';
 import { captureLogs, freshDatabase, metricValue } from '@labelflow/testing';
 import { createPool } from './db';
 import { sweepOnce, type Sweeper } from './sweeper';
@@ -64,5 +65,32 @@ describe('a deadline sweep', () => {
     expect(logs.lines.filter((l) => l.level >= 40)).toEqual([]);
     expect(await metrics.render()).not.toMatch(/deadlines_failed_total\{/);
   });
-});
 
+  it('roots a trace per fired deadline while a tracer records, tagged with its task, and the events it emits continue it', async () => {
+    await pool.query('TRUNCATE deadlines');
+    await pool.query(`INSERT INTO deadlines (key, due_at) VALUES ('7001', now() - interval '1 minute'), ('7002', now() - interval '1 minute')`);
+    installTracePropagation();
+    const exporter = new InMemorySpanExporter();
+    const logs = captureLogs({ service: 'sweeper-test' });
+    const tracing = startTracing({ service: 'qa-svc', logger: logs.logger, env: { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' }, exporter });
+    try {
+      const emitted = new Map<string, Record<string, string>>();
+      const emit = async (_tx: unknown, _drafts: unknown, causationId?: string) => (emitted.set(String(causationId), currentTraceHeaders()), []);
+      expect(await sweepOnce({ ...sweeper, factsOf: (taskId) => ({ taskId }) }, { pool, emit, logger: logs.logger, now: () => new Date(), everyMs: 1_000 })).toBe(2);
+      await tracing.flush();
+
+      const spans = exporter.getFinishedSpans().filter((s) => s.name === 'deadline test');
+      expect(spans.map((s) => s.attributes['labelflow.task_id']).sort()).toEqual(['7001', '7002']);
+      for (const span of spans) {
+        expect(span.parentSpanContext).toBeUndefined();
+        expect(span.attributes['labelflow.deadline.sweeper']).toBe('test');
+        const headers = emitted.get(`deadline:test:${String(span.attributes['labelflow.task_id'])}`);
+        expect(headers?.traceparent).toBe(`00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`);
+        expect(decodeURIComponent(headers?.baggage ?? '')).toBe(`labelflow.task_id=${String(span.attributes['labelflow.task_id'])}`);
+      }
+      expect(new Set(spans.map((s) => s.spanContext().traceId)).size).toBe(2);
+    } finally {
+      await tracing.shutdown();
+    }
+  });
+});

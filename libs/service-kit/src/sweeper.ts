@@ -1,4 +1,4 @@
-import type { Logger, Metrics } from '@labelflow/telemetry';
+import { startSpan, type Logger, type Metrics, type SagaFacts } from '@labelflow/telemetry';
 import { isTransientDbError, withTransaction, type Pool, type PoolClient } from './db';
 import type { Emit, EventDraft } from './events';
 import type { Lifecycle } from './lifecycle';
@@ -15,6 +15,8 @@ export interface Sweeper {
   claimDue(tx: PoolClient, limit: number, now: Date): Promise<readonly string[]>;
   /** Fires one due key: changes its state and returns the events to emit (none if no longer due). */
   fire(tx: PoolClient, key: string, now: Date): Promise<readonly EventDraft[]>;
+  /** The saga a key belongs to (its task), for the trace a firing starts; none when absent. */
+  factsOf?(key: string): SagaFacts;
 }
 
 export interface SweeperDeps {
@@ -68,10 +70,17 @@ export async function sweepOnce(sweeper: Sweeper, deps: SweeperDeps): Promise<nu
       const failures: { key: string; error: unknown }[] = [];
       for (const key of keys) {
         await tx.query('SAVEPOINT deadline');
+        // No request or message asked for a deadline: while a tracer records, each firing roots a
+        // trace of its own, tagged with its saga, and the events it emits carry it onward, so a
+        // compensation is one trace across the services rather than a trace per service.
+        const span = startSpan(`deadline ${sweeper.name}`, { kind: 'internal', headers: {}, facts: sweeper.factsOf?.(key) ?? {}, attributes: { 'labelflow.deadline.sweeper': sweeper.name } });
+        const fire = async () => deps.emit(tx, await sweeper.fire(tx, key, now), `deadline:${sweeper.name}:${key}`);
         try {
-          await deps.emit(tx, await sweeper.fire(tx, key, now), `deadline:${sweeper.name}:${key}`);
+          await (span ? span.run(fire) : fire());
           await tx.query('RELEASE SAVEPOINT deadline');
+          span?.end();
         } catch (error) {
+          span?.end({ error });
           // A connection that failed cannot roll back to anything: the whole sweep fails and retries.
           await tx.query('ROLLBACK TO SAVEPOINT deadline');
           failures.push({ key, error });

@@ -18,6 +18,7 @@ import { claimDueReviews } from './repository';
 export function reviewDeadlineSweeper(ctx: ServiceContext<QaSvcConfig>): Sweeper {
   return {
     name: 'qa-deadline',
+    factsOf: (taskId) => ({ taskId }),
     claimDue: (tx, limit, now) => claimDueReviews(tx, limit, now),
     fire: async (tx, key, now) => {
       const result = await executeReview(tx, { type: 'TimeOutReview', taskId: key as TaskId, now });

@@ -16,6 +16,7 @@ import { claimDueSagas, loadSagaForUpdate, saveSagasMany } from './repository';
 export function alertSweeper(ctx: ServiceContext<SagaMonitorConfig>): Sweeper {
   return {
     name: 'saga-alerts',
+    factsOf: (taskId) => ({ taskId }),
     claimDue: (tx, limit, now) => claimDueSagas(tx, limit, now),
     fire: async (tx, taskId, now) => {
       const before = await loadSagaForUpdate(tx, taskId);

@@ -7,6 +7,7 @@ import { claimExpiredLeases } from './repository';
 /** Assignments nobody finished in time go back to the pool as a new attempt. */
 export const leaseSweeper = (ctx: ServiceContext<TaskSvcConfig>): Sweeper => ({
   name: 'assignment-lease',
+  factsOf: (taskId) => ({ taskId }),
   claimDue: (tx, limit, now) => claimExpiredLeases(tx, limit, now, ctx.config.ASSIGNMENT_LEASE_GRACE_MS),
   fire: async (tx, taskId, now) => {
     const result = await executeTask(tx, { type: 'ExpireLease', taskId: taskId as TaskId, now, graceMs: ctx.config.ASSIGNMENT_LEASE_GRACE_MS });
