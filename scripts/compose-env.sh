@@ -87,7 +87,18 @@ for var in "${PASSWORDS[@]}"; do
 done
 
 if has_key AUTH_PUBLIC_KEYS; then
-  :
+  # Kept as it is, but a dev key set that no longer matches the local signing key (.local/ was
+  # wiped, or LABELFLOW_SIGNING_KEY_FILE names another key) would make every service answer 401 to
+  # the tokens npm run produce and npm run token sign: say so, and how to refresh it.
+  if [[ -z "${AUTH_PUBLIC_KEYS:-}" ]]; then
+    stored="$(value_of AUTH_PUBLIC_KEYS)"
+    stored="${stored#\'}"
+    stored="${stored%\'}"
+    if [[ "$stored" != "$(public_jwks)" ]]; then
+      log "WARN: AUTH_PUBLIC_KEYS in $ENV_FILE is not the public key set of the local signing key (${LABELFLOW_SIGNING_KEY_FILE:-.local/auth/dev-signing-key.json}): the services will refuse the tokens npm run produce and npm run token sign."
+      log "      To trust the local key: delete the AUTH_PUBLIC_KEYS line, run npm run compose:env again, then recreate the services (docker compose ... up -d --force-recreate task-svc label-svc qa-svc billing-svc saga-monitor). Keep it if it holds your identity provider's keys."
+    fi
+  fi
 else
   jwks="$(public_jwks)"
   problem="$(check_jwks "$jwks" 2>&1)" || die "the public JWKS is not usable: $problem"
