@@ -11,6 +11,8 @@ export const MessagingErrors = {
   PUBLISH_FAILED: 'MESSAGING_PUBLISH_FAILED',
   /** Topics were created but the broker did not serve them with leaders in time (`ensureTopics`). */
   TOPICS_NOT_SERVED: 'MESSAGING_TOPICS_NOT_SERVED',
+  /** Client settings read from the environment are incomplete or unknown (`kafkaSecurityFromEnv`). */
+  CONFIG_INVALID: 'MESSAGING_CONFIG_INVALID',
 } as const;
 export type MessagingErrorCode = (typeof MessagingErrors)[keyof typeof MessagingErrors];
 

@@ -80,6 +80,33 @@ const saslOptions = ({ mechanism, username, password }: KafkaSasl): SASLOptions 
   }
 };
 
+/** How a client logs in to the brokers: a SASL login, TLS, both or neither. */
+export interface KafkaSecurity {
+  readonly sasl?: KafkaSasl;
+  readonly ssl?: boolean;
+}
+
+/** kafkajs's connection options for a login, to spread into `new Kafka({ ... })`. */
+export const kafkajsSecurity = ({ sasl, ssl = false }: KafkaSecurity = {}): { ssl: boolean; sasl?: SASLOptions } => ({ ssl, ...(sasl ? { sasl: saslOptions(sasl) } : {}) });
+
+/**
+ * The login the services' variables describe (`KAFKA_SASL_MECHANISM`, `KAFKA_SASL_USERNAME`,
+ * `KAFKA_SASL_PASSWORD`: all three or none; `KAFKA_SSL=1`), for a client made outside a service's
+ * checked config: a tool run against the compose broker, which takes only SCRAM logins. Throws
+ * CONFIG_INVALID on a partial login, an unknown mechanism or a `KAFKA_SSL` other than 0 or 1.
+ */
+export function kafkaSecurityFromEnv(env: Readonly<Record<string, string | undefined>> = process.env): KafkaSecurity {
+  const { KAFKA_SASL_MECHANISM: mechanism, KAFKA_SASL_USERNAME: username, KAFKA_SASL_PASSWORD: password, KAFKA_SSL: sslFlag = '0' } = env;
+  const problems: string[] = [];
+  if (sslFlag !== '0' && sslFlag !== '1') problems.push(`KAFKA_SSL must be 0 or 1, got ${JSON.stringify(sslFlag)}`);
+  const given = [mechanism, username, password].filter((v) => v !== undefined && v !== '').length;
+  if (given > 0 && given < 3) problems.push('KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD go together: set all three or none');
+  if (mechanism && !(KafkaSaslMechanisms as readonly string[]).includes(mechanism)) problems.push(`KAFKA_SASL_MECHANISM must be one of ${KafkaSaslMechanisms.join(', ')}, got ${JSON.stringify(mechanism)}`);
+  if (problems.length > 0) throw new MessagingError(MessagingErrors.CONFIG_INVALID, problems.join('; '));
+  const ssl = sslFlag === '1';
+  return mechanism && username && password ? { sasl: { mechanism: mechanism as KafkaSaslMechanism, username, password }, ssl } : { ssl };
+}
+
 /**
  * A kafkajs client whose logs go through the service's logger instead of the console, with the
  * request queue's idle timer loop fixed (`fixKafkajsIdleLoop`).
@@ -90,8 +117,7 @@ export function createKafka({ brokers, clientId, logger, sasl, ssl = false }: Ka
   return new Kafka({
     clientId,
     brokers: [...brokers],
-    ssl,
-    ...(sasl ? { sasl: saslOptions(sasl) } : {}),
+    ...kafkajsSecurity({ ssl, ...(sasl ? { sasl } : {}) }),
     connectionTimeout: 3_000,
     requestTimeout: 30_000,
     retry: { initialRetryTime: 200, retries: 8, maxRetryTime: 5_000 },

@@ -1,7 +1,7 @@
 import { logLevel, type Admin, type PartitionMetadata } from 'kafkajs';
 import { describe, expect, it } from 'vitest';
 import { MessagingErrors } from './errors';
-import { createServedTopics, kafkajsLevel, waitForTopicLeaders } from './kafka';
+import { createServedTopics, kafkajsLevel, kafkajsSecurity, kafkaSecurityFromEnv, waitForTopicLeaders } from './kafka';
 
 type MetadataAnswer = Readonly<Record<string, readonly number[]>> | { readonly type: string; readonly message: string };
 
@@ -100,5 +100,33 @@ describe('the level of a kafkajs log line', () => {
 
   it('is debug for the idempotent producer\'s note on limited retries, which createKafka sets on purpose', () => {
     expect(kafkajsLevel({ level: logLevel.WARN, namespace: 'Producer', log: { message: 'Limiting retries for the idempotent producer may invalidate EoS guarantees' } })).toBe('debug');
+  });
+});
+
+describe('a tool\'s broker login, read from the services\' variables', () => {
+  it('is no login and no TLS when none of the variables is set', () => {
+    expect(kafkaSecurityFromEnv({})).toEqual({ ssl: false });
+    expect(kafkajsSecurity(kafkaSecurityFromEnv({}))).toEqual({ ssl: false });
+  });
+
+  it('is the SASL login the three variables give, with TLS when KAFKA_SSL is 1, in the shape kafkajs takes', () => {
+    const env = { KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: 'labelflow', KAFKA_SASL_PASSWORD: 's3cret', KAFKA_SSL: '1' };
+    expect(kafkaSecurityFromEnv(env)).toEqual({ sasl: { mechanism: 'scram-sha-512', username: 'labelflow', password: 's3cret' }, ssl: true });
+    expect(kafkajsSecurity(kafkaSecurityFromEnv(env))).toEqual({ ssl: true, sasl: { mechanism: 'scram-sha-512', username: 'labelflow', password: 's3cret' } });
+  });
+
+  it('refuses a partial login, an unknown mechanism or a KAFKA_SSL other than 0 or 1, naming what is wrong', () => {
+    const refused = (env: Record<string, string>) => {
+      try {
+        kafkaSecurityFromEnv(env);
+      } catch (error) {
+        expect(error).toMatchObject({ code: MessagingErrors.CONFIG_INVALID, retriable: false });
+        return (error as Error).message;
+      }
+      throw new Error(`${JSON.stringify(env)} was accepted`);
+    };
+    expect(refused({ KAFKA_SASL_MECHANISM: 'scram-sha-512' })).toBe('KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD go together: set all three or none');
+    expect(refused({ KAFKA_SASL_MECHANISM: 'gssapi', KAFKA_SASL_USERNAME: 'u', KAFKA_SASL_PASSWORD: 'p' })).toBe('KAFKA_SASL_MECHANISM must be one of plain, scram-sha-256, scram-sha-512, got "gssapi"');
+    expect(refused({ KAFKA_SSL: 'yes' })).toBe('KAFKA_SSL must be 0 or 1, got "yes"');
   });
 });

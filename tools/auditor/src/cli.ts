@@ -1,9 +1,11 @@
 // npm run audit -- [--json] [--prefix labelflow] [--db-suffix S] [--settle-ms 30000] [--stuck-ms 60000] [--outbox-ms 60000]
 // Reads the four service databases (PG_URL + task_svc/label_svc/qa_svc/billing_svc plus the suffix of
 // a second stack, LABELFLOW_DB_SUFFIX, or TASK_SVC_DATABASE_URL ... to override each) and the
-// dead-letter topics, prints the report, and exits 1 on any violation, 2 when it cannot run.
+// dead-letter topics (KAFKA_BROKERS, with the services' KAFKA_SASL_* / KAFKA_SSL login), prints the
+// report, and exits 1 on any violation, 2 when it cannot run.
 import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { kafkaSecurityFromEnv } from '@labelflow/messaging';
 import { formatReport, runAudit } from './index';
 
 const usage = `usage: npm run audit -- [--json] [--prefix P] [--db-suffix S] [--pg-url URL] [--kafka-brokers B] [--no-kafka]
@@ -46,6 +48,15 @@ const ms = (name: 'settle-ms' | 'stuck-ms' | 'outbox-ms') => {
   }
   return n;
 };
+/** The brokers' login as the services read it; a partial one is "could not run". */
+const kafkaSecurity = () => {
+  try {
+    return kafkaSecurityFromEnv(process.env);
+  } catch (error) {
+    console.error((error as Error).message);
+    process.exit(2);
+  }
+};
 const dbUrl = (svc: string) => process.env[`${svc.toUpperCase().replace('-', '_')}_DATABASE_URL`] ?? `${args['pg-url']}/${svc.replace('-', '_')}${args['db-suffix']}`;
 const services = ['task-svc', 'label-svc', 'qa-svc', 'billing-svc'] as const;
 
@@ -57,7 +68,7 @@ async function main(): Promise<number> {
       settleMs: ms('settle-ms'),
       stuckMs: ms('stuck-ms'),
       outboxMs: ms('outbox-ms'),
-      ...(args['no-kafka'] ? {} : { kafkaBrokers: (args['kafka-brokers'] ?? '').split(','), deadLetterTopics: services.map((s) => `${args.prefix}.${s}.dlq`) }),
+      ...(args['no-kafka'] ? {} : { kafkaBrokers: (args['kafka-brokers'] ?? '').split(','), kafkaSecurity: kafkaSecurity(), deadLetterTopics: services.map((s) => `${args.prefix}.${s}.dlq`) }),
     });
     console.log(args.json ? JSON.stringify(report, null, 2) : formatReport(report));
     // Nothing to check passes every check: say so, in case these are not the databases meant.

@@ -1,5 +1,6 @@
 import { listDeadLetters as readDeadLetters } from '@labelflow/dlq';
 import { Kafka, logLevel } from 'kafkajs';
+import { kafkajsSecurity, type KafkaSecurity } from '@labelflow/messaging';
 import { checkInvariants, type AuditOptions } from './invariants';
 import type { AuditReport, DeadLetter } from './report';
 import { takeSnapshot, type Sources } from './snapshot';
@@ -13,6 +14,8 @@ export interface AuditRun extends Partial<AuditOptions> {
   /** Dead-letter topics to list (they are reported, not counted as violations). */
   readonly deadLetterTopics?: readonly string[];
   readonly kafkaBrokers?: readonly string[];
+  /** The brokers' login (`kafkaSecurityFromEnv`): the compose broker takes only SCRAM. */
+  readonly kafkaSecurity?: KafkaSecurity;
 }
 
 /** Runs the audit: one snapshot, every invariant, the dead letters listed. */
@@ -20,7 +23,7 @@ export async function runAudit(run: AuditRun): Promise<AuditReport> {
   const now = run.now ?? new Date();
   const snapshot = await takeSnapshot(run.sources);
   const violations = checkInvariants(snapshot, { now, settleMs: run.settleMs ?? 30_000, stuckMs: run.stuckMs ?? 60_000, outboxMs: run.outboxMs ?? 60_000 });
-  const deadLetters = run.kafkaBrokers && run.deadLetterTopics?.length ? await listDeadLetters(run.kafkaBrokers, run.deadLetterTopics) : [];
+  const deadLetters = run.kafkaBrokers && run.deadLetterTopics?.length ? await listDeadLetters(run.kafkaBrokers, run.deadLetterTopics, run.kafkaSecurity) : [];
   const byStatus: Record<string, number> = {};
   for (const t of snapshot.tasks) byStatus[t.status] = (byStatus[t.status] ?? 0) + 1;
   return {
@@ -33,8 +36,8 @@ export async function runAudit(run: AuditRun): Promise<AuditReport> {
 }
 
 /** Reads dead-letter topics up to their current end with a throwaway group (nothing is committed). */
-async function listDeadLetters(brokers: readonly string[], topics: readonly string[]): Promise<DeadLetter[]> {
-  const kafka = new Kafka({ clientId: 'labelflow-auditor', brokers: [...brokers], logLevel: logLevel.NOTHING });
+async function listDeadLetters(brokers: readonly string[], topics: readonly string[], security?: KafkaSecurity): Promise<DeadLetter[]> {
+  const kafka = new Kafka({ clientId: 'labelflow-auditor', brokers: [...brokers], ...kafkajsSecurity(security), logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();
   const existing = new Set(await admin.listTopics().finally(() => admin.disconnect()));

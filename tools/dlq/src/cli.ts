@@ -6,7 +6,7 @@
 // Exit codes: 0 done, 1 a named letter was not found or could not be replayed, 2 usage or connection.
 import { parseArgs } from 'node:util';
 import { ServiceName } from '@labelflow/contracts';
-import { createKafka, KafkaSaslMechanisms, type KafkaSasl } from '@labelflow/messaging';
+import { createKafka, kafkaSecurityFromEnv, type KafkaSecurity } from '@labelflow/messaging';
 import { createLogger } from '@labelflow/telemetry';
 import { findDeadLetter, listDeadLetters, replayDeadLetters, type DeadLetter } from './dead-letters';
 
@@ -35,11 +35,13 @@ const { values: args, positionals } = (() => {
   }
 })();
 
-function sasl(): KafkaSasl | undefined {
-  const { KAFKA_SASL_MECHANISM: mechanism, KAFKA_SASL_USERNAME: username, KAFKA_SASL_PASSWORD: password } = process.env;
-  if (!mechanism) return undefined;
-  if (!(KafkaSaslMechanisms as readonly string[]).includes(mechanism) || !username || !password) fail('KAFKA_SASL_MECHANISM needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD, and one of plain, scram-sha-256, scram-sha-512');
-  return { mechanism: mechanism as KafkaSasl['mechanism'], username, password };
+/** The brokers' login as the services read it (KAFKA_SASL_* and KAFKA_SSL); a partial one is a usage error. */
+function security(): KafkaSecurity {
+  try {
+    return kafkaSecurityFromEnv(process.env);
+  } catch (error) {
+    return fail((error as Error).message);
+  }
 }
 
 const summary = (l: DeadLetter) =>
@@ -61,7 +63,7 @@ async function main(): Promise<number> {
   const limit = args.limit === undefined ? undefined : Number(args.limit);
   if (limit !== undefined && !(Number.isInteger(limit) && limit > 0)) fail('--limit must be a positive integer');
   const topic = `${args.prefix}.${service.data}.dlq`;
-  const kafka = createKafka({ brokers: (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(','), clientId: 'labelflow-dlq', logger: createLogger({ service: 'dlq', level: 'warn' }), ...(sasl() ? { sasl: sasl()! } : {}) });
+  const kafka = createKafka({ brokers: (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(','), clientId: 'labelflow-dlq', logger: createLogger({ service: 'dlq', level: 'warn' }), ...security() });
 
   if (command === 'list') {
     const letters = await listDeadLetters(kafka, topic, limit === undefined ? {} : { limit });

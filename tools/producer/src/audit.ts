@@ -1,11 +1,13 @@
 // The invariant audit every produce run ends with, over the four services' databases.
 import pg from 'pg';
 import { runAudit, type AuditReport } from '@labelflow/auditor';
+import type { KafkaSecurity } from '@labelflow/messaging';
 
 export interface AuditTarget {
   readonly pgUrl: string;
   readonly dbSuffix: string;
   readonly kafkaBrokers: readonly string[];
+  readonly kafkaSecurity?: KafkaSecurity;
   readonly prefix: string;
   readonly env: Readonly<Record<string, string | undefined>>;
 }
@@ -24,6 +26,7 @@ export async function auditRun(t: AuditTarget): Promise<AuditReport> {
         sources: { task, label, qa, billing },
         settleMs: 0,
         kafkaBrokers: [...t.kafkaBrokers],
+        ...(t.kafkaSecurity ? { kafkaSecurity: t.kafkaSecurity } : {}),
         deadLetterTopics: ['task-svc', 'label-svc', 'qa-svc', 'billing-svc'].map((s) => `${t.prefix}.${s}.dlq`),
       });
       if (report.ok || Date.now() > until) return report;

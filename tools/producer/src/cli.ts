@@ -27,7 +27,7 @@ function progressBar(t0: number, unit: string) {
 }
 
 async function audit(o: ProduceOptions): Promise<AuditReport> {
-  return auditRun({ pgUrl: o.pgUrl, dbSuffix: o.dbSuffix, kafkaBrokers: o.kafkaBrokers, prefix: o.prefix, env: process.env });
+  return auditRun({ pgUrl: o.pgUrl, dbSuffix: o.dbSuffix, kafkaBrokers: o.kafkaBrokers, kafkaSecurity: o.kafkaSecurity, prefix: o.prefix, env: process.env });
 }
 
 async function sagas(o: ProduceOptions): Promise<boolean> {
@@ -43,7 +43,7 @@ async function sagas(o: ProduceOptions): Promise<boolean> {
     price: o.price,
     rates: o.rates,
     duplicates: o.duplicates,
-    kafka: { brokers: o.kafkaBrokers, topicPrefix: o.prefix },
+    kafka: { brokers: o.kafkaBrokers, topicPrefix: o.prefix, security: o.kafkaSecurity },
     timeoutMs: o.timeoutMs,
     waitS: o.waitS,
     seed: o.seed,
@@ -102,7 +102,7 @@ async function imports(o: ProduceOptions): Promise<boolean> {
   const cast = castFor(signer, adminOf(signer), [run.projectId], { annotators: o.annotators, managers: 1 });
   const p = await runPrelabels({
     urls: o.urls,
-    kafka: { brokers: o.kafkaBrokers, topicPrefix: o.prefix },
+    kafka: { brokers: o.kafkaBrokers, topicPrefix: o.prefix, security: o.kafkaSecurity },
     projectId: run.projectId,
     manager: signer.actor({ subject: IMPORT_MANAGER, projects: { [run.projectId]: 'manager' } }),
     annotators: cast.annotators,

@@ -1,5 +1,5 @@
 import { Kafka, logLevel, type Message, type Producer } from 'kafkajs';
-import { fixKafkajsIdleLoop } from '@labelflow/messaging';
+import { fixKafkajsIdleLoop, kafkajsSecurity, type KafkaSecurity } from '@labelflow/messaging';
 
 export interface Duplicator {
   readonly duplicated: () => number;
@@ -12,10 +12,10 @@ export interface Duplicator {
  * Re-delivers a fraction of every message published on the saga's topics, byte for byte: the
  * network or a retry repeating a step. The services must apply each effect once all the same.
  */
-export async function startDuplicator({ brokers, topics, rate, seed = 1 }: { brokers: readonly string[]; topics: readonly string[]; rate: number; seed?: number }): Promise<Duplicator> {
+export async function startDuplicator({ brokers, security, topics, rate, seed = 1 }: { brokers: readonly string[]; security?: KafkaSecurity; topics: readonly string[]; rate: number; seed?: number }): Promise<Duplicator> {
   // A load driver that spins in kafkajs's idle timer loop takes CPU from the services it measures.
   fixKafkajsIdleLoop();
-  const kafka = new Kafka({ clientId: 'labelflow-duplicator', brokers: [...brokers], logLevel: logLevel.NOTHING });
+  const kafka = new Kafka({ clientId: 'labelflow-duplicator', brokers: [...brokers], ...kafkajsSecurity(security), logLevel: logLevel.NOTHING });
   // Fetches wait for a batch as the services' do (64 KiB or 50 ms), not for every message: a load
   // driver on the machine it measures must cost as little as it can.
   const consumer = kafka.consumer({ groupId: `labelflow-duplicator-${Date.now()}-${Math.random().toString(36).slice(2)}`, minBytes: 65_536, maxWaitTimeInMs: 50 });

@@ -1,6 +1,7 @@
 // `npm run produce` options: parsed and validated here, apart from the CLI, so every refusal is a
 // clear sentence a unit test can pin down and nothing starts with a half-valid configuration.
 import { parseArgs } from 'node:util';
+import { kafkaSecurityFromEnv, type KafkaSecurity } from '@labelflow/messaging';
 
 /** A command line the producer refuses: printed as is, exit code 2. */
 export class UsageError extends Error {
@@ -42,6 +43,8 @@ export interface ProduceOptions {
   readonly timeoutMs: number;
   readonly waitS: number;
   readonly kafkaBrokers: readonly string[];
+  /** From the services' KAFKA_SASL_* / KAFKA_SSL variables: the duplicator's, pre-labels' and audit's login. */
+  readonly kafkaSecurity: KafkaSecurity;
   readonly prefix: string;
   readonly pgUrl: string;
   readonly dbSuffix: string;
@@ -200,6 +203,7 @@ export function parseProduceArgs(argv: readonly string[], env: Readonly<Record<s
       // The services honour at most 30 s (MAX_PREFER_WAIT_S).
       waitS: int('wait-s', 10, 0, 30),
       kafkaBrokers: brokers,
+      kafkaSecurity: securityFrom(env),
       prefix,
       pgUrl: text('pg-url', env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432'),
       // A second stack's databases (scripts/start.sh's LABELFLOW_DB_SUFFIX): task_svc<suffix> ...
@@ -217,4 +221,13 @@ export function parseProduceArgs(argv: readonly string[], env: Readonly<Record<s
       audience: text('audience', env.AUTH_AUDIENCE || defaults.audience),
     },
   };
+}
+
+/** The brokers' login as the services read it; a partial or unknown one is a usage error. */
+function securityFrom(env: Readonly<Record<string, string | undefined>>): KafkaSecurity {
+  try {
+    return kafkaSecurityFromEnv(env);
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
 }

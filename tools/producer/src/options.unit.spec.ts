@@ -33,6 +33,13 @@ describe('the produce command line', () => {
     expect({ prefix: o.prefix, pg: o.pgUrl, task: o.urls.task, iss: o.issuer }).toEqual({ prefix: 'other', pg: 'postgres://pg:5432', task: 'http://host:3201', iss: 'labelflow-dev' });
   });
 
+  it('logs in to the brokers as the services do, from KAFKA_SASL_* and KAFKA_SSL, and refuses a partial login', () => {
+    expect(parse([]).kafkaSecurity).toEqual({ ssl: false });
+    const env = { KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: 'labelflow', KAFKA_SASL_PASSWORD: 'pw' };
+    expect(parse([], env).kafkaSecurity).toEqual({ sasl: { mechanism: 'scram-sha-512', username: 'labelflow', password: 'pw' }, ssl: false });
+    expect(refusal([], { KAFKA_SASL_USERNAME: 'labelflow' })).toMatch(/^KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD go together/);
+  });
+
   it('uploads a generated file with 20% repeated lines and no bad ones by default with --import', () => {
     const o = parse(['--import', '20000']);
     expect(o.mode).toBe(ProduceMode.import);

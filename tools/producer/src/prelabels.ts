@@ -4,15 +4,16 @@
 // proposal with the task), and the run waits until label-svc's API lists exactly one proposal per
 // task, the model's.
 import { Kafka, logLevel, Partitioners } from 'kafkajs';
-import { fixKafkajsIdleLoop } from '@labelflow/messaging';
+import { fixKafkajsIdleLoop, kafkajsSecurity } from '@labelflow/messaging';
 import { buildPrelabelProposed, inputTopicName, prelabelMessage } from '@labelflow/contracts';
 import { client, errorCode, type Call } from './http';
 import type { Actor } from './identity';
+import type { KafkaTarget } from './kafka-target';
 import { seededRandom } from './ndjson';
 
 export interface PrelabelRunOptions {
   readonly urls: { readonly task: string; readonly label: string };
-  readonly kafka: { readonly brokers: readonly string[]; readonly topicPrefix: string };
+  readonly kafka: KafkaTarget;
   readonly projectId: string;
   /** Reads the task list and the proposals: a manager of the project. */
   readonly manager: Actor;
@@ -75,7 +76,7 @@ export async function runPrelabels(o: PrelabelRunOptions): Promise<PrelabelRunSu
 
   // Publish: one proposal per chosen task, keyed by task id; the chosen duplicates go out again.
   fixKafkajsIdleLoop();
-  const kafka = new Kafka({ clientId: 'labelflow-produce-prelabels', brokers: [...o.kafka.brokers], logLevel: logLevel.NOTHING });
+  const kafka = new Kafka({ clientId: 'labelflow-produce-prelabels', brokers: [...o.kafka.brokers], ...kafkajsSecurity(o.kafka.security), logLevel: logLevel.NOTHING });
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
   const topic = inputTopicName(o.kafka.topicPrefix, 'prelabels');
   let duplicatesSent = 0;

@@ -1,5 +1,6 @@
 import { startDuplicator } from './duplicator';
 import { client } from './http';
+import type { KafkaTarget } from './kafka-target';
 import { adminOf, castFor, DEFAULT_MANAGERS, DEFAULT_REVIEWERS, devSigner, type Actor, type Signer } from './identity';
 import { expectedOutcome, runScenario, Scenario, type ScenarioContext, type Services, type Step, type StepTally, type TaskRun } from './scenarios';
 
@@ -20,7 +21,7 @@ export interface ProductionOptions {
   readonly rates: { readonly reject: number; readonly billingFail: number; readonly qaTimeout: number; readonly cancel: number };
   /** Fraction of Kafka messages delivered a second time (needs `kafka`). */
   readonly duplicates: number;
-  readonly kafka?: { readonly brokers: readonly string[]; readonly topicPrefix: string };
+  readonly kafka?: KafkaTarget;
   readonly timeoutMs: number;
   /**
    * How far the deadline has moved, read each time a scenario checks it. The chaos harness passes
@@ -105,7 +106,7 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
   const cast = castFor(signer, admin, [projectId, starvedProjectId], { annotators: o.annotators, managers, reviewers });
   const duplicator =
     o.duplicates > 0 && o.kafka
-      ? await startDuplicator({ brokers: o.kafka.brokers, topics: ['task', 'label', 'qa', 'billing'].map((t) => `${o.kafka?.topicPrefix}.${t}-events`), rate: o.duplicates, seed: o.seed })
+      ? await startDuplicator({ brokers: o.kafka.brokers, ...(o.kafka.security ? { security: o.kafka.security } : {}), topics: ['task', 'label', 'qa', 'billing'].map((t) => `${o.kafka?.topicPrefix}.${t}-events`), rate: o.duplicates, seed: o.seed })
       : undefined;
   let state = o.seed ^ 0x5bd1e995;
   const deadlineAt = Date.now() + o.timeoutMs;
