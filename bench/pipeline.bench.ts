@@ -24,7 +24,7 @@ import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { Partitioners, type Admin, type Kafka } from 'kafkajs';
-import { LabelSubmitted, TopicSchemas, topicName, type DomainEvent } from '@labelflow/contracts';
+import { LabelSubmitted, TopicSchemas, topicName, typesOnTopicOf, type DomainEvent } from '@labelflow/contracts';
 import { createDedupGate, inboxReader } from '@labelflow/dedup';
 import { composeSnowflake } from '@labelflow/idgen';
 import { createConsumerLoop, createKafka, createPublisher, createServedTopics, EVENT_TYPE_HEADER } from '@labelflow/messaging';
@@ -358,7 +358,7 @@ async function runPipeline(env: Env, prefix: string, workload: Workload, tag: st
     const loop = createConsumerLoop<DomainEvent>({
       kafka,
       groupId,
-      bindings: [{ topic: topicName(prefix, 'label'), schema: TopicSchemas.label }],
+      bindings: [{ topic: topicName(prefix, 'label'), schema: TopicSchemas.label, types: typesOnTopicOf('LabelSubmitted') }],
       deadLetterTopic: deadLetterTopic(prefix, SERVICE),
       logger,
       metrics,

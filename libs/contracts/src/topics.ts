@@ -96,6 +96,12 @@ export const isInputType = (type: string): type is InputEventType => Object.hasO
 /** The input topic a message type arrives on. */
 export const inputTopicOf = (type: InputEventType): InputTopicKey => inputOwnerOf[type];
 
+/** Every type the topic `type` arrives on carries: what a consumer of that topic may find there. */
+export const typesOnTopicOf = (type: ConsumedType): readonly ConsumedType[] =>
+  isInputType(type)
+    ? (Object.keys(inputOwnerOf) as InputEventType[]).filter((t) => inputOwnerOf[t] === inputOwnerOf[type])
+    : (Object.keys(ownerOf) as EventType[]).filter((t) => ownerOf[t] === ownerOf[type]);
+
 /** The full topic name a consumed type arrives on. */
 export const consumedTopicName = (prefix: string, type: ConsumedType): string => (isInputType(type) ? inputTopicName(prefix, inputOwnerOf[type]) : topicName(prefix, topicOf(type)));
 

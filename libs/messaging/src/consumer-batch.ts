@@ -35,7 +35,18 @@ export interface Delivery<E> {
 export interface TopicBinding<E> {
   readonly topic: string;
   readonly schema: z.ZodType<E>;
+  /**
+   * The event types the topic carries (the contracts' list). With it, an `event-type` header is
+   * trusted to skip a message only when it names one of them, and only when the body does not name
+   * a type the service handles: a producer whose header lies about an event the service reacts to,
+   * or names no known type at all, gets its message decoded, and the body decides. Without it,
+   * any header of a type the service does not handle skips the message unread.
+   */
+  readonly types?: readonly string[];
 }
+
+/** Distinct `type` labels `consumer_skipped_total` takes from headers of a topic without a type list; beyond: `other`. */
+const MAX_HEADER_LABELS = 64;
 
 /**
  * The one port between the Kafka loop and a service's exactly-once shell. `process` applies a run
@@ -136,6 +147,34 @@ export interface BatchHandlerDeps<E> {
 export function createBatchHandler<E extends { readonly type: string }>(deps: BatchHandlerDeps<E>): (payload: EachBatchPayload) => Promise<void> {
   const { processor, metrics, log, apply, deadLetter, raws, offsets } = deps;
   const schemas = new Map(deps.bindings.map((b) => [b.topic, b.schema]));
+  /** Per topic with a type list: the types it carries, and each handled one quoted, as a body would name it. */
+  const trust = new Map(
+    deps.bindings.flatMap((b) =>
+      b.types ? [[b.topic, { known: new Set(b.types), handled: b.types.filter((t) => processor.handles(t)).map((t) => Buffer.from(JSON.stringify(t))) }] as const] : [],
+    ),
+  );
+  const headerLabels = new Set<string>();
+
+  /**
+   * Whether a type header lets the message skip unread: a type the service does not handle, and,
+   * on a topic with a type list, one the topic carries in a body that names no handled type (a
+   * quoted name anywhere is enough to decode it: the safe side of a cheap byte search).
+   */
+  function skipsUnread(topic: string, type: string, value: Buffer | null): boolean {
+    if (processor.handles(type)) return false;
+    const rules = trust.get(topic);
+    if (!rules) return true;
+    if (!rules.known.has(type)) return false;
+    return value === null || !rules.handled.some((name) => value.includes(name));
+  }
+
+  /** A header's type as a label: bounded however many distinct values a producer sends. */
+  function headerLabel(topic: string, type: string): string {
+    if (trust.has(topic) || headerLabels.has(type)) return type;
+    if (headerLabels.size >= MAX_HEADER_LABELS) return 'other';
+    headerLabels.add(type);
+    return type;
+  }
 
   /**
    * Never throws: a message that cannot even be read is dead-lettered like any other poison. A throw
@@ -148,7 +187,7 @@ export function createBatchHandler<E extends { readonly type: string }>(deps: Ba
     try {
       const readable = { ...raw, headers: headersToStrings(message.headers) };
       const typeHeader = readable.headers[EVENT_TYPE_HEADER];
-      if (typeHeader !== undefined && !processor.handles(typeHeader)) return { kind: 'skip', raw: readable, type: typeHeader };
+      if (typeHeader !== undefined && skipsUnread(topic, typeHeader, message.value)) return { kind: 'skip', raw: readable, type: headerLabel(topic, typeHeader) };
       const schema = schemas.get(topic);
       if (!schema) return { kind: 'invalid', raw: readable, code: MessagingErrors.UNBOUND_TOPIC, message: `no schema bound for topic ${topic}` };
       const decoded = decodeMessage(schema, readable);

@@ -41,12 +41,14 @@ describe('the consumer loop', () => {
     isRetriable?: (e: unknown) => boolean;
     progressEveryMs?: number;
     offsets?: OffsetsSource;
+    /** The topic's type list (`TopicBinding.types`). */
+    types?: readonly string[];
   }) => {
     const metrics = createMetrics({ service: 'consumer-test', defaults: false });
     const loop = createConsumerLoop<Msg>({
       kafka,
       groupId: opts.groupId,
-      bindings: [{ topic: opts.topic, schema: Msg }],
+      bindings: [{ topic: opts.topic, schema: Msg, ...(opts.types ? { types: opts.types } : {}) }],
       deadLetterTopic: opts.dlq,
       logger,
       metrics,
@@ -296,6 +298,44 @@ describe('the consumer loop', () => {
     // Skipped, not read: garbage behind a header this service ignores is neither invalid nor dead-lettered.
     expect(rendered).not.toMatch(/consumer_dead_lettered_total\{/);
     expect(rendered).not.toMatch(/outcome="invalid"/);
+  });
+
+  it('with the topic\'s type list, trusts a type header to skip only a type the topic carries in a body that names none the service handles', async () => {
+    const t = await setup();
+    const applied: number[] = [];
+    const { metrics } = await start({ ...t, applied, handles: (type) => type === 'Msg', types: ['Msg', 'Other'] });
+    await produceRaw(infra.kafkaBrokers, t.topic, [
+      // The header lies about an event the service reacts to: the body decides, and it is applied.
+      { key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n: 1 }), headers: { 'event-type': 'Other' } },
+      // A type the topic carries and the service ignores: skipped unread.
+      { key: 'k', value: JSON.stringify({ type: 'Other', taskId: 'k' }), headers: { 'event-type': 'Other' } },
+      // A header naming no type of the topic is not trusted: the body is read, and garbage is dead-lettered.
+      { key: 'k', value: 'not even json', headers: { 'event-type': 'Nonsense' } },
+      { key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n: 2 }), headers: { 'event-type': 'Msg' } },
+    ]);
+    await eventually(() => expect(applied).toEqual([1, 2]));
+    await eventually(async () => expect(await committed(t.groupId, t.topic)).toBe(4));
+    const rendered = await metrics.render();
+    expect(metricValue(rendered, 'consumer_skipped_total', { type: 'Other' })).toBe(1);
+    expect(rendered).not.toMatch(/consumer_skipped_total\{[^}]*type="Nonsense"/);
+    expect(rendered).toMatch(/consumer_dead_lettered_total\{topic="[^"]+",code="MESSAGING_DECODE_FAILED",service="consumer-test"\} 1/);
+    const [dead] = await readTopic(infra.kafkaBrokers, t.dlq, (m) => m.length >= 1);
+    expect(dead!.headers?.['dlq-source-offset']?.toString()).toBe('2');
+  });
+
+  it('files the skips of a topic without a type list under at most 64 header values, the rest as other', async () => {
+    const t = await setup();
+    const applied: number[] = [];
+    const { metrics } = await start({ ...t, applied, handles: (type) => type === 'Msg' });
+    await produceRaw(infra.kafkaBrokers, t.topic, [
+      ...Array.from({ length: 70 }, (_, i) => ({ key: 'k', value: '{}', headers: { 'event-type': `Random${i}` } })),
+      { key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n: 1 }), headers: { 'event-type': 'Msg' } },
+    ]);
+    await eventually(() => expect(applied).toEqual([1]));
+    const rendered = await metrics.render();
+    expect(rendered.match(/^consumer_skipped_total\{/gm)).toHaveLength(65);
+    expect(metricValue(rendered, 'consumer_skipped_total', { type: 'Random63' })).toBe(1);
+    expect(metricValue(rendered, 'consumer_skipped_total', { type: 'other' })).toBe(6);
   });
 
   it.each([

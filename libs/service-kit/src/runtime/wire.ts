@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { z } from 'zod';
-import { consumedTopicName, consumedTopicSchema, inputTopicOf, InputTopics, isInputType, Topics, topicOf, type ConsumedEvent, type InputTopicKey, type TopicKey } from '@labelflow/contracts';
+import { consumedTopicName, consumedTopicSchema, inputTopicOf, InputTopics, isInputType, Topics, topicOf, typesOnTopicOf, type ConsumedEvent, type InputTopicKey, type TopicKey } from '@labelflow/contracts';
 import { createDedupGate, inboxReader, type DedupGate } from '@labelflow/dedup';
 import { createConsumerLoop, createOffsetsReader, createPublisher, defaultIsRetriable, type ConsumerLoop } from '@labelflow/messaging';
 import { createOutboxRelay, type OutboxRelay } from '@labelflow/outbox';
@@ -106,6 +106,7 @@ export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceCon
   const processor = createExactlyOnce({ pool, gate, consumers, ctx, emitMany, onApplied: (taskIds) => ctx.signals.notification(taskIds) });
   const types = consumers.flatMap((c) => c.types);
   const schemaOf = new Map(types.map((t) => [consumedTopicName(config.KAFKA_TOPIC_PREFIX, t), consumedTopicSchema(t)] as const));
+  const typesOn = new Map(types.map((t) => [consumedTopicName(config.KAFKA_TOPIC_PREFIX, t), typesOnTopicOf(t)] as const));
   const consumedTopics = (Object.keys(Topics) as TopicKey[]).filter((k) => types.some((t) => !isInputType(t) && topicOf(t) === k));
   const inputTopics = (Object.keys(InputTopics) as InputTopicKey[]).filter((k) => types.some((t) => isInputType(t) && inputTopicOf(t) === k));
   // Registered before the consumer, so it closes after it (the lifecycle closes in reverse).
@@ -114,7 +115,9 @@ export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceCon
   const consumer = createConsumerLoop<ConsumedEvent>({
     kafka: w.kafka.kafka,
     groupId: `${config.KAFKA_TOPIC_PREFIX}.${definition.name}`,
-    bindings: [...schemaOf].map(([topic, schema]) => ({ topic, schema: schema as z.ZodType<ConsumedEvent> })),
+    // With each topic's type list, a type header skips a message unread only when it names a type
+    // of that topic and the body names none the service handles.
+    bindings: [...schemaOf].map(([topic, schema]) => ({ topic, schema: schema as z.ZodType<ConsumedEvent>, types: typesOn.get(topic) ?? [] })),
     deadLetterTopic: w.kafka.deadLetterTopic,
     logger,
     metrics,
