@@ -144,6 +144,11 @@ export interface EnsureTopicsOptions {
   /** How long the broker may take to serve every topic with a leader before the start fails. */
   readonly timeoutMs?: number;
   readonly pollMs?: number;
+  /**
+   * Topic-level settings a topic is created with (e.g. `retention.ms`), by topic name; the
+   * broker's defaults otherwise. An existing topic is left as it is.
+   */
+  readonly configs?: Readonly<Record<string, Readonly<Record<string, string>>>>;
 }
 
 /**
@@ -155,7 +160,12 @@ export async function ensureTopics(kafka: Kafka, topics: readonly string[], numP
   await admin.connect();
   try {
     const existing = new Set(await admin.listTopics());
-    const missing: ITopicConfig[] = topics.filter((t) => !existing.has(t)).map((topic) => ({ topic, numPartitions, replicationFactor: 1 }));
+    const missing: ITopicConfig[] = topics
+      .filter((t) => !existing.has(t))
+      .map((topic) => {
+        const configs = options.configs?.[topic];
+        return { topic, numPartitions, replicationFactor: 1, ...(configs ? { configEntries: Object.entries(configs).map(([name, value]) => ({ name, value })) } : {}) };
+      });
     // kafkajs answers false, not an error, when another instance created them all meanwhile.
     if (missing.length > 0) await admin.createTopics({ topics: missing, waitForLeaders: false });
     // Every topic, not only the new ones: another instance may have created some a moment ago.

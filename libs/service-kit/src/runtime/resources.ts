@@ -79,7 +79,9 @@ export async function openKafka(name: RuntimeName, config: BaseConfig, logger: L
   // Input topics too: their outside producers may start first, and brokers do not auto-create topics.
   const allTopics = [...eventTopics, ...(Object.keys(InputTopics) as InputTopicKey[]).map((k) => inputTopicName(config.KAFKA_TOPIC_PREFIX, k))];
   const dlq = deadLetterTopic(config.KAFKA_TOPIC_PREFIX, name);
-  await ensureTopics(kafka, [...allTopics, dlq], config.KAFKA_TOPIC_PARTITIONS);
+  // The brokers' retention (24 h here) would delete a dead letter before anyone looked at it. It is
+  // kept as long as the inbox keeps the keys that make its replay harmless to repeat.
+  await ensureTopics(kafka, [...allTopics, dlq], config.KAFKA_TOPIC_PARTITIONS, { configs: { [dlq]: { 'retention.ms': String(config.DEDUP_INBOX_RETENTION_MS) } } });
   const admin = kafka.admin();
   await admin.connect();
   lifecycle.onClose('kafka-admin', () => admin.disconnect());
