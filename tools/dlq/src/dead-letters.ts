@@ -34,13 +34,21 @@ export interface DeadLetter {
   readonly valueOmitted: boolean;
 }
 
-const text = (v: IHeaders[string]): string | undefined => {
-  const one = Array.isArray(v) ? v[0] : v;
-  return one === undefined ? undefined : one.toString();
-};
+/**
+ * Kafka headers as strings: the first value of a repeated one, and none for a header sent with a
+ * null value (Java clients allow it, and kafkajs reads it as null).
+ */
+export function headerStrings(headers: IHeaders | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(headers ?? {})) {
+    const one = Array.isArray(v) ? v[0] : v;
+    if (one !== undefined && one !== null) out[k] = one.toString();
+  }
+  return out;
+}
 
 function toDeadLetter(partition: number, message: { offset: string; key: Buffer | null; value: Buffer | null; headers?: IHeaders }): DeadLetter {
-  const all = Object.fromEntries(Object.entries(message.headers ?? {}).flatMap(([k, v]) => (text(v) === undefined ? [] : [[k, text(v) as string]])));
+  const all = headerStrings(message.headers);
   const headers = Object.fromEntries(Object.entries(all).filter(([k]) => !k.startsWith('dlq-')));
   const sourceTopic = all[DlqHeaders.sourceTopic];
   return {
@@ -151,7 +159,7 @@ export async function replayDeadLetters(kafka: Kafka, dlqTopic: string, letters:
         }
         value = original.message.value;
         key = original.message.key?.toString() ?? null;
-        headers = Object.fromEntries(Object.entries(original.message.headers ?? {}).flatMap(([k, v]) => (text(v) === undefined ? [] : [[k, text(v) as string]])));
+        headers = headerStrings(original.message.headers);
       }
       await producer.send({
         topic: letter.source.topic,
