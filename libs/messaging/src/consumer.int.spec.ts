@@ -196,6 +196,35 @@ describe('the consumer loop', () => {
     await eventually(async () => expect(await committed(t.groupId, topic)).toBe(2));
   });
 
+  it('dead-letters a message whose headers alone the dead-letter topic refuses, with the dlq headers, its type and a cut key, and goes on', async () => {
+    const topic = uniqueName('consumer-topic');
+    const dlq = `${topic}.dlq`;
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      await createServedTopics(admin, [{ topic, numPartitions: 1 }, { topic: dlq, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '2048' }] }]);
+    } finally {
+      await admin.disconnect();
+    }
+    const t = { topic, dlq, groupId: uniqueName('group') };
+    const applied: number[] = [];
+    await start({ ...t, applied });
+    const key = 'k'.repeat(1_500);
+    await produceRaw(infra.kafkaBrokers, topic, [{ key, value: 'not json', headers: { 'event-type': 'Msg', padding: 'p'.repeat(4_000) } }]);
+    await send(topic, [9]);
+
+    await eventually(() => expect(applied).toEqual([9]));
+    const [dead] = await readTopic(infra.kafkaBrokers, dlq, (m) => m.length >= 1);
+    expect(dead!.value).toBeNull();
+    expect(dead!.key?.toString()).toBe('k'.repeat(1_024));
+    expect(Object.keys(dead!.headers ?? {}).filter((h) => !h.startsWith('dlq-'))).toEqual(['event-type']);
+    expect(dead!.headers?.['dlq-headers-omitted']?.toString()).toBe('MESSAGE_TOO_LARGE');
+    expect(dead!.headers?.['dlq-value-omitted']?.toString()).toBe('MESSAGE_TOO_LARGE');
+    expect(dead!.headers?.['dlq-error-code']?.toString()).toBe('MESSAGING_DECODE_FAILED');
+    expect([dead!.headers?.['dlq-source-topic']?.toString(), dead!.headers?.['dlq-source-offset']?.toString()]).toEqual([topic, '0']);
+    await eventually(async () => expect(await committed(t.groupId, topic)).toBe(2));
+  });
+
   it('isolates a poison message in the middle of a batch: its neighbours commit in order, it alone is dead-lettered', async () => {
     const t = await setup();
     const applied: number[] = [];
