@@ -52,7 +52,7 @@ export async function startStack(
 ): Promise<TestStack> {
   const prefix = uniqueName('lf');
   const databases = {} as Record<ServiceName, string>;
-  for (const name of serviceNames) databases[name] = (await createTestDatabase(infra.pgUrl, `${prefix}_${name.replace('-', '_')}`)).url;
+  await Promise.all(serviceNames.map(async (name) => void (databases[name] = (await createTestDatabase(infra.pgUrl, `${prefix}_${name.replace('-', '_')}`)).url)));
   const processes = {} as Record<ServiceName, ServiceProcess>;
   const extras: ServiceProcess[] = [];
   const auth = await authEnv();
@@ -79,8 +79,11 @@ export async function startStack(
   };
   let monitor: ServiceProcess<'saga-monitor'> | undefined;
   try {
-    // Sequential: the first start creates the shared topics; the others then find them.
-    for (const name of serviceNames) await start(name, overrides[name]);
+    // Together: each creates whatever topics are missing, and a topic another start created a
+    // moment before is found (ensureTopics), so a stack is up in the time of its slowest service.
+    const started = await Promise.allSettled(serviceNames.map((name) => start(name, overrides[name])));
+    const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
     // Last: it only reads what the services publish. It creates its own database.
     if (options.monitor) monitor = await startServiceProcess('saga-monitor', { ...baseEnv('saga-monitor'), ...options.monitor });
   } catch (error) {
