@@ -109,7 +109,11 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
   });
   const idlePoll = options.idleWaitMs ? useIdleLongPoll(groupId, { waitMs: options.idleWaitMs, afterEmpty: options.idleAfterEmpty ?? 40 }) : undefined;
   if (idlePoll && idlePoll.setup !== IdleLongPollSetup.applied) log.warn('kafkajs is not the version its idle long poll was written for; the consumer fetches as kafkajs would');
-  const dlqProducer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: KeyPartitioner });
+  // Not idempotent: kafkajs rolls an idempotent producer's sequence numbers back after a request
+  // that timed out, and if that request had in fact been written, the broker takes the next dead
+  // letter for its duplicate and drops it, while the send succeeds and the offset moves on. A
+  // dead letter written twice costs nothing (a replay is deduplicated); one dropped is a lost message.
+  const dlqProducer: Producer = kafka.producer({ idempotent: false, maxInFlightRequests: 1, allowAutoTopicCreation: false, createPartitioner: KeyPartitioner });
   // The loop's own admin only when no offsets source was given.
   const admin = options.offsets ? undefined : kafka.admin();
   const offsetsSource = options.offsets ?? kafkajsOffsets(admin ?? kafka.admin());

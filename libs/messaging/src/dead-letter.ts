@@ -5,7 +5,7 @@ import type { ConsumerMetrics } from './consumer-metrics';
 import { backoffMs, waitOrAbort, type RetryPolicy, type Step } from './consumer-retry';
 
 export interface DeadLetterDeps {
-  /** An idempotent producer of its own, connected and disconnected by the loop. */
+  /** A producer of its own (not idempotent: see the loop), connected and disconnected by the loop. */
   readonly producer: Producer;
   readonly topic: string;
   readonly groupId: string;
