@@ -149,6 +149,8 @@ export interface EnsureTopicsOptions {
    * broker's defaults otherwise. An existing topic is left as it is.
    */
   readonly configs?: Readonly<Record<string, Readonly<Record<string, string>>>>;
+  /** Copies of each partition of a topic it creates (default 1: a single broker). */
+  readonly replicationFactor?: number;
 }
 
 /**
@@ -164,7 +166,7 @@ export async function ensureTopics(kafka: Kafka, topics: readonly string[], numP
       .filter((t) => !existing.has(t))
       .map((topic) => {
         const configs = options.configs?.[topic];
-        return { topic, numPartitions, replicationFactor: 1, ...(configs ? { configEntries: Object.entries(configs).map(([name, value]) => ({ name, value })) } : {}) };
+        return { topic, numPartitions, replicationFactor: options.replicationFactor ?? 1, ...(configs ? { configEntries: Object.entries(configs).map(([name, value]) => ({ name, value })) } : {}) };
       });
     // kafkajs answers false, not an error, when another instance created them all meanwhile.
     if (missing.length > 0) await admin.createTopics({ topics: missing, waitForLeaders: false });

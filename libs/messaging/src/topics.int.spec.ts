@@ -28,4 +28,17 @@ describe('creating topics', () => {
     await ensureTopics(kafka, [kept], 1, { configs: { [kept]: { 'retention.ms': '60000' } } });
     expect(await retentionOf(kept)).toEqual({ value: '2592000000', own: true });
   });
+
+  it('creates topics with the replication factor given, which a one-broker cluster refuses above 1', async () => {
+    const topic = uniqueName('topics-replicated');
+    const refused = await ensureTopics(kafka, [topic], 1, { replicationFactor: 2, timeoutMs: 5_000 }).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(JSON.stringify(refused)).toMatch(/INVALID_REPLICATION_FACTOR/);
+    await ensureTopics(kafka, [topic], 1, { replicationFactor: 1 });
+    await admin.connect();
+    const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
+    expect(topics[0]?.partitions[0]?.replicas).toHaveLength(1);
+  });
 });

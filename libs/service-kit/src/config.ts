@@ -39,6 +39,8 @@ export const BaseConfig = z.object({
   KAFKA_BROKERS: csv,
   KAFKA_TOPIC_PREFIX: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/).default('labelflow'),
   KAFKA_TOPIC_PARTITIONS: z.coerce.number().int().min(1).max(1000).default(6),
+  /** Copies of each partition for topics this service creates: 1 for one broker, 3 for a production cluster. */
+  KAFKA_TOPIC_REPLICATION_FACTOR: z.coerce.number().int().min(1).max(32).default(1),
   ...KafkaSecurityShape,
   DATABASE_URL: url(['postgres:', 'postgresql:']),
   REDIS_URL: url(['redis:', 'rediss:']),

@@ -32,6 +32,7 @@ describe('service-kit: loadConfig', () => {
       KAFKA_BROKERS: ['kafka-1:9092', 'kafka-2:9092'],
       KAFKA_TOPIC_PREFIX: 'labelflow',
       KAFKA_TOPIC_PARTITIONS: 6,
+      KAFKA_TOPIC_REPLICATION_FACTOR: 1,
       DATABASE_URL: 'postgres://user:pw@localhost:5432/tasks',
       REDIS_URL: 'redis://localhost:6379',
       LOG_LEVEL: 'info',
@@ -39,6 +40,11 @@ describe('service-kit: loadConfig', () => {
       OUTBOX_BATCH_SIZE: 500,
       FAULT_KILL_BEFORE_PUBLISH: false,
     });
+  });
+
+  it('takes a replication factor for the topics it creates from 1 to 32', () => {
+    expect(loadConfig(BaseConfig, { ...validEnv, KAFKA_TOPIC_REPLICATION_FACTOR: '3' }).KAFKA_TOPIC_REPLICATION_FACTOR).toBe(3);
+    for (const bad of ['0', '33', '1.5']) expect(failure({ ...validEnv, KAFKA_TOPIC_REPLICATION_FACTOR: bad }).message).toMatch(/KAFKA_TOPIC_REPLICATION_FACTOR/);
   });
 
   it('throws CONFIG_INVALID listing every bad variable at once', () => {

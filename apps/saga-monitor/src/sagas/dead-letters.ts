@@ -104,7 +104,7 @@ export async function startDeadLetterFollower(deps: { readonly config: SagaMonit
   const kafka = createKafka({ brokers: config.KAFKA_BROKERS, clientId: 'saga-monitor-dead-letters', logger, ...kafkaSecurity(config) });
   const topics = Object.values(TopicOwners).map((service) => deadLetterTopic(prefix, service));
   // Each service creates its own DLQ at start; the monitor may start first.
-  await ensureTopics(kafka, topics, config.KAFKA_TOPIC_PARTITIONS);
+  await ensureTopics(kafka, topics, config.KAFKA_TOPIC_PARTITIONS, { replicationFactor: config.KAFKA_TOPIC_REPLICATION_FACTOR, configs: Object.fromEntries(topics.map((t) => [t, { 'retention.ms': String(config.DEDUP_INBOX_RETENTION_MS) }])) });
   const consumer = kafka.consumer({ groupId: `${prefix}.saga-monitor.dead-letters`, sessionTimeout: config.KAFKA_SESSION_TIMEOUT_MS });
   const runConfig: ConsumerRunConfig = {
     eachMessage: async ({ topic, partition, message }) => {

@@ -81,7 +81,10 @@ export async function openKafka(name: RuntimeName, config: BaseConfig, logger: L
   const dlq = deadLetterTopic(config.KAFKA_TOPIC_PREFIX, name);
   // The brokers' retention (24 h here) would delete a dead letter before anyone looked at it. It is
   // kept as long as the inbox keeps the keys that make its replay harmless to repeat.
-  await ensureTopics(kafka, [...allTopics, dlq], config.KAFKA_TOPIC_PARTITIONS, { configs: { [dlq]: { 'retention.ms': String(config.DEDUP_INBOX_RETENTION_MS) } } });
+  await ensureTopics(kafka, [...allTopics, dlq], config.KAFKA_TOPIC_PARTITIONS, {
+    replicationFactor: config.KAFKA_TOPIC_REPLICATION_FACTOR,
+    configs: { [dlq]: { 'retention.ms': String(config.DEDUP_INBOX_RETENTION_MS) } },
+  });
   const admin = kafka.admin();
   await admin.connect();
   lifecycle.onClose('kafka-admin', () => admin.disconnect());
