@@ -84,7 +84,9 @@ export function client(baseUrl: string, { timeoutMs = 10_000, retries = 5, autho
         const parsed = (text ? JSON.parse(text) : undefined) as T;
         if (response.status === 429 && errorCode(parsed) === 'RATE_LIMITED' && limitedMs < rateLimitWaitMs) {
           onRateLimited?.();
-          const wait = retryAfterMs(response) + Math.floor(Math.random() * 250);
+          // At least 1 ms: `Retry-After: 0` and a jitter of 0 would add nothing to the tally, and
+          // the budget would never run out.
+          const wait = retryAfterMs(response) + 1 + Math.floor(Math.random() * 250);
           limitedMs += wait;
           await sleep(wait);
           continue;

@@ -1,6 +1,6 @@
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createTokenVerifier, DEV_AUDIENCE, DEV_ISSUER, generateSigningKey } from '@labelflow/auth';
 import { client } from './http';
 import { adminOf, castFor, signerFor } from './identity';
@@ -37,10 +37,12 @@ describe('the producer client', () => {
     expect(server.seen.every((h) => h.authorization === 'Bearer a.b.c')).toBe(true);
   });
 
-  it('gives the 429 back once it has waited rateLimitWaitMs', async () => {
+  it('gives the 429 back once it has waited rateLimitWaitMs, even when Retry-After is 0 and the jitter draws 0', async () => {
     const server = await serve([limited]);
     close = server.close;
-    const res = await client(server.url, { rateLimitWaitMs: 1 })('GET', '/tasks/1');
+    // The jitter's lowest draw: before, a wait of 0 ms counted nothing against the budget.
+    vi.spyOn(Math, 'random').mockReturnValue(0);
+    const res = await client(server.url, { rateLimitWaitMs: 1 })('GET', '/tasks/1').finally(() => vi.restoreAllMocks());
     expect(res.status).toBe(429);
     expect(server.seen).toHaveLength(2);
   });
