@@ -24,6 +24,19 @@ describe('the consumer loop', () => {
     await ensureTopics(kafka, [topic, dlq], 1);
     return { topic, dlq, groupId: uniqueName('group') };
   };
+  /** One partition, and a dead-letter topic that refuses records over 2 KiB. */
+  const setupSmallDeadLetterTopic = async () => {
+    const topic = uniqueName('consumer-topic');
+    const dlq = `${topic}.dlq`;
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      await createServedTopics(admin, [{ topic, numPartitions: 1 }, { topic: dlq, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '2048' }] }]);
+    } finally {
+      await admin.disconnect();
+    }
+    return { topic, dlq, groupId: uniqueName('group') };
+  };
   /**
    * `check` runs for every message of a run and may throw; only when none threw does the run count
    * as committed and land in `applied`, as a processor's one transaction would.
@@ -171,16 +184,8 @@ describe('the consumer loop', () => {
   });
 
   it('dead-letters a message the dead-letter topic refuses as too large without its value, with its coordinates, and goes on', async () => {
-    const topic = uniqueName('consumer-topic');
-    const dlq = `${topic}.dlq`;
-    const admin = kafka.admin();
-    await admin.connect();
-    try {
-      await createServedTopics(admin, [{ topic, numPartitions: 1 }, { topic: dlq, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '2048' }] }]);
-    } finally {
-      await admin.disconnect();
-    }
-    const t = { topic, dlq, groupId: uniqueName('group') };
+    const t = await setupSmallDeadLetterTopic();
+    const { topic, dlq } = t;
     const applied: number[] = [];
     await start({ ...t, applied });
     const huge = `not json ${'x'.repeat(8_000)}`;
@@ -197,16 +202,8 @@ describe('the consumer loop', () => {
   });
 
   it('dead-letters a message whose headers alone the dead-letter topic refuses, with the dlq headers, its type and a cut key, and goes on', async () => {
-    const topic = uniqueName('consumer-topic');
-    const dlq = `${topic}.dlq`;
-    const admin = kafka.admin();
-    await admin.connect();
-    try {
-      await createServedTopics(admin, [{ topic, numPartitions: 1 }, { topic: dlq, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '2048' }] }]);
-    } finally {
-      await admin.disconnect();
-    }
-    const t = { topic, dlq, groupId: uniqueName('group') };
+    const t = await setupSmallDeadLetterTopic();
+    const { topic, dlq } = t;
     const applied: number[] = [];
     await start({ ...t, applied });
     const key = 'k'.repeat(1_500);
