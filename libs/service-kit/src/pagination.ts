@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isStorableText } from '@labelflow/contracts';
 import { HttpError } from './errors';
 
 /** Longer cursors are refused before decoding: the query string is attacker-controlled input. */
@@ -30,6 +31,14 @@ const invalidCursor = (why: string): HttpError =>
 
 const BASE64URL = /^[A-Za-z0-9_-]+$/;
 
+/** Every string in a parsed JSON value is text PostgreSQL can store. */
+const storableThroughout = (value: unknown): boolean => {
+  if (typeof value === 'string') return isStorableText(value);
+  if (Array.isArray(value)) return value.every(storableThroughout);
+  if (value !== null && typeof value === 'object') return Object.entries(value).every(([k, v]) => isStorableText(k) && storableThroughout(v));
+  return true;
+};
+
 /**
  * Decodes a cursor `encodeCursor` made and checks it against `schema`. Anything else is a 400
  * CURSOR_INVALID, never a 500: the database would otherwise be the first to see a forged position.
@@ -47,9 +56,18 @@ export function decodeCursor<S extends z.ZodType>(schema: S, cursor: string): z.
   } catch {
     throw invalidCursor('not JSON');
   }
-  const parsed = schema.safeParse(value);
+  // Text PostgreSQL cannot store (NUL, a lone surrogate) cannot be a position it handed out,
+  // whatever the schema says.
+  if (!storableThroughout(value)) throw invalidCursor('not storable text');
+  // A schema's refinement may throw on a value its other checks refused (zod 4 runs it anyway).
+  let parsed: ReturnType<S['safeParse']>;
+  try {
+    parsed = schema.safeParse(value) as ReturnType<S['safeParse']>;
+  } catch {
+    throw invalidCursor('wrong shape');
+  }
   if (!parsed.success) throw invalidCursor('wrong shape');
-  return parsed.data;
+  return parsed.data as z.infer<S>;
 }
 
 /**

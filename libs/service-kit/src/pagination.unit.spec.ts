@@ -23,6 +23,12 @@ describe('service-kit: cursors', () => {
     expect(decodeCursor(Position, cursor)).toEqual(position);
   });
 
+  it('refuses with a 400 a cursor on which the schema\'s own refinement throws', () => {
+    // zod 4 runs a refinement even after the pattern before it failed: BigInt('abc') throws.
+    const schema = z.object({ afterId: z.string().regex(/^\d+$/).refine((id) => BigInt(id) > 0n) });
+    expect(() => decodeCursor(schema, encodeCursor({ afterId: 'abc' }))).toThrow(expect.objectContaining({ status: 400, code: 'CURSOR_INVALID' }));
+  });
+
   it('returns the parsed value, so schema transforms and defaults apply', () => {
     const schema = z.object({ afterId: z.coerce.string(), n: z.number().default(3) });
     expect(decodeCursor(schema, encodeCursor({ afterId: 42 }))).toEqual({ afterId: '42', n: 3 });
@@ -38,6 +44,9 @@ describe('service-kit: cursors', () => {
     ['JSON of the wrong shape', b64('{"createdAt":"x"}')],
     ['JSON that is not an object', b64('null')],
     ['a cursor over 512 characters', encodeCursor({ createdAt: 'x'.repeat(400), taskId: 'y' })],
+    ['a NUL in a string, which PostgreSQL cannot store', b64('{"createdAt":"x","taskId":"\\u0000"}')],
+    ['a lone surrogate in a string', b64('{"createdAt":"x","taskId":"\\ud800"}')],
+    ['a NUL in a key', b64('{"createdAt":"x","taskId":"y","\\u0000":1}')],
   ])('refuses %s with a 400 CURSOR_INVALID', (_, cursor) => {
     const error = rejection(cursor);
     expect(error).toBeInstanceOf(HttpError);

@@ -178,7 +178,8 @@ export async function listLedger(db: Queryable, filter: { taskId?: TaskId; annot
 const MAX_BIGINT = 2n ** 63n - 1n;
 
 /** Where a page of `pageLedger` ends: a ledger id (bigserial, so a decimal string). */
-export const LedgerListPosition = z.object({ afterId: z.string().regex(/^[1-9]\d{0,18}$/).refine((id) => BigInt(id) <= MAX_BIGINT) });
+// The refinement runs even when the pattern failed (zod 4): it must not throw on what the pattern refused.
+export const LedgerListPosition = z.object({ afterId: z.string().regex(/^[1-9]\d{0,18}$/).refine((id) => /^[1-9]\d{0,18}$/.test(id) && BigInt(id) <= MAX_BIGINT) });
 export type LedgerListPosition = z.infer<typeof LedgerListPosition>;
 
 export interface LedgerPageFilter {

@@ -149,6 +149,14 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
       expect((await svc.http(stranger).get<{ sagas: unknown[] }>('/sagas?search=MON-7')).body.sagas).toEqual([]);
       expect((await svc.http(annotator).get<{ sagas: unknown[] }>('/sagas?search=MON-7')).body.sagas).toEqual([]);
     });
+
+    it('answers a search with a NUL, which PostgreSQL cannot store, with a 400 naming the field', async () => {
+      for (const search of ['%00', 'a%00b']) {
+        const refused = await svc.http(manager).get<{ error: { code: string; message: string } }>(`/sagas?search=${search}`);
+        expect(refused.status).toBe(400);
+        expect(refused.body.error.message).toContain('search');
+      }
+    });
   });
 
   describe('the watchdog', () => {

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { Permission, projectsWith } from '@labelflow/auth';
-import { TaskId, type ProjectId } from '@labelflow/contracts';
+import { storable, TaskId, type ProjectId } from '@labelflow/contracts';
 import { guard, HttpError, parseInput, type ServiceContext } from '@labelflow/service-kit';
 import type { SagaMonitorConfig } from '../config';
 import { deadLettersOf } from './dead-letters';
@@ -12,7 +12,7 @@ import { pageSecurityPolicy, renderPage } from './ui';
 const TaskParams = z.object({ taskId: TaskId });
 const SearchQuery = z.object({
   /** A task id, or a task number such as PRJ-17 (any case). */
-  search: z.string().trim().min(1).max(64).optional(),
+  search: storable(z.string().trim().min(1).max(64)).optional(),
   limit: z.coerce.number().int().min(1).max(200).default(50),
 });
 const AlertsQuery = z.object({ limit: z.coerce.number().int().min(1).max(1000).default(200) });
