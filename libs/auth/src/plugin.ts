@@ -29,7 +29,12 @@ const BEARER = /^Bearer +([A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+)$/i;
 /** Longer than any real token with its claims; longer ones are refused before they are parsed. */
 const MAX_TOKEN_CHARS = 16_384;
 
-const quote = (s: string) => s.replace(/["\\]/g, '');
+/**
+ * An `error_description` as RFC 6750 (section 3) allows it: printable ASCII without `"` and `\`,
+ * and short. A refusal can quote the token's own claims (a project key, a `typ`): any other
+ * character would make Node refuse to write the header, and the 401 would become a 500.
+ */
+const quote = (s: string) => s.replace(/["\\]/g, '').replace(/[^\x20-\x7e]/g, '?').slice(0, 300);
 
 /**
  * Authenticates every request on `onRequest`, before its body is read: a caller without a valid

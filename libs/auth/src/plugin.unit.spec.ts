@@ -41,6 +41,24 @@ describe('the authentication hook', () => {
     expect(foreign.json().error.code).toBe('TOKEN_INVALID');
   });
 
+  it('keeps the challenge to printable ASCII when the refusal quotes claims in other scripts or control characters, so it stays a 401', async () => {
+    const message = 'the labelflow claim names an unknown project "日本語" (é)\r\n\u0000' + 'x'.repeat(1_000);
+    const verifier: TokenVerifier = { verify: async () => ({ ok: false, reason: { code: AuthErrors.TOKEN_INVALID, message } }) };
+    const { server } = await app({ verifier });
+    // Over a real socket: Node refuses such a header when it writes it, which inject would not show.
+    const url = await server.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const res = await fetch(`${url}/things`, { method: 'POST', headers: { authorization: 'Bearer a.b.c' } });
+      expect(res.status).toBe(401);
+      const challenge = res.headers.get('www-authenticate') ?? '';
+      expect(challenge).toMatch(/^Bearer realm="labelflow", error="invalid_token", error_description="the labelflow claim names an unknown project \?\?\? \(\?\)\?\?\?x+"$/);
+      expect(challenge.length).toBeLessThan(400);
+      expect(((await res.json()) as { error: { message: string } }).error.message).toBe(message);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('sets the principal before the route runs and serves probes without a token', async () => {
     const { server, token } = await app();
     const res = await server.inject({ method: 'POST', url: '/things', headers: { authorization: `Bearer ${await token('bob')}` }, payload: { a: 1 } });
