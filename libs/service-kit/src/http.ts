@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { z } from 'zod';
 import { can, installAuth, Permission, type AuthHookOptions } from '@labelflow/auth';
@@ -79,6 +80,31 @@ export function readinessProbe(probes: HttpAppDeps['readiness'], { timeoutMs, lo
 const errorBody = (code: string, message: string, details?: unknown): ErrorBody => ({
   error: details === undefined ? { code, message } : { code, message, details },
 });
+
+/** Every request header together; Node's default is 16 KiB. */
+export const MAX_HEADER_BYTES = 65_536;
+
+/**
+ * What reaches no route because it is not HTTP a server can read (a header block over
+ * MAX_HEADER_BYTES, conflicting lengths, a bad chunk, bytes that are not a request line): answered
+ * on the socket with the same error body as everything else, then closed. Fastify's default sends
+ * a body of its own shape.
+ */
+function answerClientError(this: FastifyInstance, error: Error & { code?: string }, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, reason, body] =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, 'Request Timeout', errorBody('REQUEST_TIMEOUT', 'the request was not received in time')]
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Request Header Fields Too Large', errorBody('HEADERS_TOO_LARGE', `the request's headers exceed ${MAX_HEADER_BYTES} bytes`)]
+        : [400, 'Bad Request', errorBody('BAD_REQUEST', 'the request is not valid HTTP/1.1')];
+  this.log.debug({ err: error }, 'client error answered on the socket');
+  if (socket.writable) {
+    const json = JSON.stringify(body);
+    socket.write(`HTTP/1.1 ${status} ${reason}\r\nContent-Length: ${Buffer.byteLength(json)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${json}`);
+  }
+  socket.destroy(error);
+}
 
 /** The route pattern, never the raw URL (ids in paths would make a series per task); `unmatched` for a 404. */
 const routeOf = (request: FastifyRequest): string => request.routeOptions.url ?? 'unmatched';
@@ -172,7 +198,14 @@ export function createHttpApp({ logger, readiness, readinessTimeoutMs, metrics, 
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit,
     // Errors fastify raises before routing (a malformed URL) skip setErrorHandler; same body shape.
-    frameworkErrors: (error, _request, reply) => void (reply as FastifyReply).status(400).send(errorBody('BAD_REQUEST', error.message)),
+    frameworkErrors: (error, _request, reply) => void (reply as FastifyReply).status(400).send(errorBody('BAD_REQUEST', error.message.slice(0, 300))),
+    // Node's 16 KiB for all headers together is less than a bearer token may be (16,384
+    // characters, a claim naming hundreds of projects) with the rest of a request's headers.
+    http: { maxHeaderSize: MAX_HEADER_BYTES },
+    // Path parameters as long as the ids they carry may be: an ActorName is up to 128 characters,
+    // three times that percent-encoded.
+    maxParamLength: 400,
+    clientErrorHandler: answerClientError,
   });
 
   instrument(app, metrics);

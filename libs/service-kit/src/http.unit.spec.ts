@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import type { JWK } from 'jose';
@@ -268,5 +269,62 @@ describe('createHttpApp authentication', () => {
     expect(other.statusCode).toBe(200);
     expect(runs.n).toBe(3);
     await server.close();
+  });
+});
+
+describe('service-kit: requests no route can read', () => {
+  /** Sends raw bytes to a listening app and returns everything it answered before closing. */
+  const raw = async (url: string, request: string): Promise<string> => {
+    const { hostname, port } = new URL(url);
+    return new Promise((resolve, reject) => {
+      const socket = connect(Number(port), hostname, () => socket.write(request));
+      let answer = '';
+      socket.on('data', (chunk) => (answer += chunk.toString()));
+      socket.on('close', () => resolve(answer));
+      socket.on('error', reject);
+    });
+  };
+  const listening = async () => {
+    const server = app();
+    server.get('/annotators/:annotatorId', async (request) => ({ annotatorId: (request.params as { annotatorId: string }).annotatorId }));
+    return { server, url: await server.listen({ port: 0, host: '127.0.0.1' }) };
+  };
+
+  it('answers a header block over 64 KiB with 431 and the usual error body, and takes one of 20 KiB', async () => {
+    const { server, url } = await listening();
+    try {
+      const big = await raw(url, `GET /annotators/a HTTP/1.1\r\nHost: x\r\nX-Pad: ${'p'.repeat(70_000)}\r\n\r\n`);
+      expect(big).toMatch(/^HTTP\/1\.1 431 /);
+      expect(JSON.parse(big.slice(big.indexOf('\r\n\r\n') + 4))).toEqual({ error: { code: 'HEADERS_TOO_LARGE', message: "the request's headers exceed 65536 bytes" } });
+      const fits = await fetch(`${url}/annotators/a`, { headers: { ...(await bearer({ admin: true })), 'x-pad': 'p'.repeat(20_000) } });
+      expect(fits.status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('answers bytes that are not HTTP with 400 and the usual error body', async () => {
+    const { server, url } = await listening();
+    try {
+      for (const request of ['GARBAGE\r\n\r\n', 'GET /annotators/a HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n']) {
+        const answer = await raw(url, request);
+        expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+        expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4))).toEqual({ error: { code: 'BAD_REQUEST', message: 'the request is not valid HTTP/1.1' } });
+      }
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('routes a path parameter as long as an actor name may be, percent-encoded', async () => {
+    const { server, url } = await listening();
+    try {
+      const name = `${'é'.repeat(60)}${'a'.repeat(68)}`;
+      const res = await fetch(`${url}/annotators/${encodeURIComponent(name)}`, { headers: await bearer({ admin: true }) });
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { annotatorId: string }).annotatorId).toBe(name);
+    } finally {
+      await server.close();
+    }
   });
 });
