@@ -162,10 +162,11 @@ export const DEFAULT_CACHE_TTL_MS = 60_000;
 export const DEFAULT_MAX_LIFETIME_S = 86_400;
 
 /**
- * Header types of an access token: RFC 9068's `at+jwt` (with or without the `application/`
- * prefix), the generic `JWT`, or none, as most identity providers issue them.
+ * Header types of an access token: RFC 9068's `at+jwt` and the generic `JWT` (each with or
+ * without the `application/` prefix, RFC 7515 section 4.1.9), or none, as most identity providers
+ * issue them.
  */
-const ACCESS_TOKEN_TYPES: ReadonlySet<string> = new Set(['jwt', 'at+jwt', 'application/at+jwt']);
+const ACCESS_TOKEN_TYPES: ReadonlySet<string> = new Set(['jwt', 'application/jwt', 'at+jwt', 'application/at+jwt']);
 
 /**
  * Why a token's `typ` header says it is some other kind of JWT the same identity provider signs

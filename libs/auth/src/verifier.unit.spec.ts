@@ -80,7 +80,7 @@ describe('token verification', async () => {
         .setIssuedAt()
         .setExpirationTime('10m')
         .sign(key);
-    for (const typ of [undefined, 'JWT', 'jwt', 'at+jwt', 'application/at+JWT']) expect((await verifier.verify(await typed(typ))).ok, String(typ)).toBe(true);
+    for (const typ of [undefined, 'JWT', 'jwt', 'application/jwt', 'at+jwt', 'application/at+JWT']) expect((await verifier.verify(await typed(typ))).ok, String(typ)).toBe(true);
     for (const typ of ['dpop+jwt', 'logout+jwt', 'secevent+jwt']) {
       expect(await verifier.verify(await typed(typ))).toEqual({ ok: false, reason: { code: 'TOKEN_INVALID', message: `the token's typ header "${typ}" is not that of an access token (JWT or at+jwt)` } });
     }

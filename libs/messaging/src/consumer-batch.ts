@@ -47,6 +47,7 @@ export interface TopicBinding<E> {
 
 /** Distinct `type` labels `consumer_skipped_total` takes from headers of a topic without a type list; beyond: `other`. */
 const MAX_HEADER_LABELS = 64;
+const JSON_ESCAPE = Buffer.from('\\u');
 
 /**
  * The one port between the Kafka loop and a service's exactly-once shell. `process` applies a run
@@ -165,7 +166,8 @@ export function createBatchHandler<E extends { readonly type: string }>(deps: Ba
     const rules = trust.get(topic);
     if (!rules) return true;
     if (!rules.known.has(type)) return false;
-    return value === null || !rules.handled.some((name) => value.includes(name));
+    // A JSON escape (`\u0051aPassed`) could spell a handled name the byte search misses: decode.
+    return value === null || (!value.includes(JSON_ESCAPE) && !rules.handled.some((name) => value.includes(name)));
   }
 
   /** A header's type as a label: bounded however many distinct values a producer sends. */

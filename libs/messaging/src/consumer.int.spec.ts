@@ -333,20 +333,22 @@ describe('the consumer loop', () => {
     await produceRaw(infra.kafkaBrokers, t.topic, [
       // The header lies about an event the service reacts to: the body decides, and it is applied.
       { key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n: 1 }), headers: { 'event-type': 'Other' } },
+      // The same with the handled type spelled with a JSON escape, which no byte search finds.
+      { key: 'k', value: '{"type":"\\u004dsg","taskId":"k","n":3}', headers: { 'event-type': 'Other' } },
       // A type the topic carries and the service ignores: skipped unread.
       { key: 'k', value: JSON.stringify({ type: 'Other', taskId: 'k' }), headers: { 'event-type': 'Other' } },
       // A header naming no type of the topic is not trusted: the body is read, and garbage is dead-lettered.
       { key: 'k', value: 'not even json', headers: { 'event-type': 'Nonsense' } },
       { key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n: 2 }), headers: { 'event-type': 'Msg' } },
     ]);
-    await eventually(() => expect(applied).toEqual([1, 2]));
-    await eventually(async () => expect(await committed(t.groupId, t.topic)).toBe(4));
+    await eventually(() => expect(applied).toEqual([1, 3, 2]));
+    await eventually(async () => expect(await committed(t.groupId, t.topic)).toBe(5));
     const rendered = await metrics.render();
     expect(metricValue(rendered, 'consumer_skipped_total', { type: 'Other' })).toBe(1);
     expect(rendered).not.toMatch(/consumer_skipped_total\{[^}]*type="Nonsense"/);
     expect(rendered).toMatch(/consumer_dead_lettered_total\{topic="[^"]+",code="MESSAGING_DECODE_FAILED",service="consumer-test"\} 1/);
     const [dead] = await readTopic(infra.kafkaBrokers, t.dlq, (m) => m.length >= 1);
-    expect(dead!.headers?.['dlq-source-offset']?.toString()).toBe('2');
+    expect(dead!.headers?.['dlq-source-offset']?.toString()).toBe('3');
   });
 
   it('files the skips of a topic without a type list under at most 64 header values, the rest as other', async () => {

@@ -28,11 +28,14 @@ const Forms = ['whole', 'no-value', 'minimal'] as const;
 type Form = (typeof Forms)[number];
 
 /**
- * Records above this are not even tried whole: the brokers' default `max.message.bytes` is 1 MiB,
- * and a request far above it (a value that arrived compressed, many times smaller) may be answered
- * by the broker closing the connection, which reads as a network error and would be retried forever.
+ * Records above this are not even tried whole: a request over the brokers' `socket.request.max.bytes`
+ * (100 MB by default; a value that arrived compressed, many times smaller) is answered by the broker
+ * closing the connection, which reads as a network error and would be retried forever. Below it,
+ * a topic that takes less answers MESSAGE_TOO_LARGE, and the letter goes on without its value.
  */
-export const DEAD_LETTER_MAX_BYTES = 1_000_000;
+export const DEAD_LETTER_MAX_BYTES = 50_000_000;
+/** The error message a minimal letter keeps: it must stay small on a topic with a low limit. */
+const MINIMAL_REASON_CHARS = 200;
 const MAX_KEY_BYTES = 1_024;
 const KEPT_HEADERS: ReadonlySet<string> = new Set(['event-type', 'event-version']);
 
@@ -51,13 +54,17 @@ function letterOf(raw: RawMessage, form: Form, dlq: Readonly<Record<string, stri
   if (form === 'no-value') return { key: raw.key, value: null, headers: { ...raw.headers, 'dlq-value-omitted': 'MESSAGE_TOO_LARGE', ...dlq } };
   const kept = Object.fromEntries(Object.entries(raw.headers).filter(([k, v]) => KEPT_HEADERS.has(k) && byteLength(v) <= 256));
   const key = raw.key && raw.key.length > MAX_KEY_BYTES ? raw.key.subarray(0, MAX_KEY_BYTES) : raw.key;
-  return { key, value: null, headers: { ...kept, 'dlq-value-omitted': 'MESSAGE_TOO_LARGE', 'dlq-headers-omitted': 'MESSAGE_TOO_LARGE', ...dlq } };
+  return {
+    key,
+    value: null,
+    headers: { ...kept, 'dlq-value-omitted': 'MESSAGE_TOO_LARGE', 'dlq-headers-omitted': 'MESSAGE_TOO_LARGE', ...dlq, 'dlq-error-message': (dlq['dlq-error-message'] ?? '').slice(0, MINIMAL_REASON_CHARS) },
+  };
 }
 
 /**
  * Publishes a message to the dead-letter topic, retrying until it is there: an unreachable broker
  * must not let the consumer skip it. What retrying cannot fix is a record the topic refuses as too
- * large: then it goes again in the next, smaller form (`Forms`), down to a few hundred bytes,
+ * large: then it goes again in the next, smaller form (`Forms`), down to about 2 KiB,
  * with the source coordinates where the original can still be read.
  */
 export function createDeadLetter({ producer, topic, groupId, retry, metrics, log }: DeadLetterDeps): DeadLetter {

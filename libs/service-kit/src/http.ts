@@ -204,7 +204,7 @@ export function createHttpApp({ logger, readiness, readinessTimeoutMs, metrics, 
     http: { maxHeaderSize: MAX_HEADER_BYTES },
     // Path parameters as long as the ids they carry may be: an ActorName is up to 128 characters,
     // three times that percent-encoded.
-    maxParamLength: 400,
+    routerOptions: { maxParamLength: 400 },
     clientErrorHandler: answerClientError,
   });
 

@@ -52,7 +52,15 @@ export async function startStack(
 ): Promise<TestStack> {
   const prefix = uniqueName('lf');
   const databases = {} as Record<ServiceName, string>;
-  await Promise.all(serviceNames.map(async (name) => void (databases[name] = (await createTestDatabase(infra.pgUrl, `${prefix}_${name.replace('-', '_')}`)).url)));
+  const databaseName = (name: ServiceName) => `${prefix}_${name.replace('-', '_')}`;
+  /** Every database this stack may have created: on a failed start, none is left behind. */
+  const dropAll = () => Promise.all(serviceNames.map((name) => dropDatabase(infra.pgUrl, databaseName(name))));
+  const created = await Promise.allSettled(serviceNames.map(async (name) => void (databases[name] = (await createTestDatabase(infra.pgUrl, databaseName(name))).url)));
+  const refused = created.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (refused) {
+    await dropAll();
+    throw refused.reason;
+  }
   const processes = {} as Record<ServiceName, ServiceProcess>;
   const extras: ServiceProcess[] = [];
   const auth = await authEnv();
@@ -88,6 +96,7 @@ export async function startStack(
     if (options.monitor) monitor = await startServiceProcess('saga-monitor', { ...baseEnv('saga-monitor'), ...options.monitor });
   } catch (error) {
     await Promise.all(Object.values(processes).map((p) => p.kill()));
+    await dropAll();
     if (options.monitor) await dropDatabase(infra.pgUrl, monitorDatabase);
     throw error;
   }
@@ -134,7 +143,7 @@ export async function startStack(
     },
     async stop() {
       await Promise.all([...Object.values(processes), ...extras, ...(monitor ? [monitor] : [])].map((p) => p.stop()));
-      for (const name of serviceNames) await dropDatabase(infra.pgUrl, new URL(databases[name]).pathname.slice(1));
+      await dropAll();
       if (monitor) await dropDatabase(infra.pgUrl, monitorDatabase);
     },
   };
