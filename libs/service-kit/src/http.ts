@@ -274,9 +274,17 @@ export function createHttpApp({ logger, readiness, readinessTimeoutMs, metrics, 
 export function parseInput<S extends z.ZodType>(schema: S, value: unknown, what = 'body'): z.infer<S> {
   const parsed = schema.safeParse(value);
   if (parsed.success) return parsed.data;
-  const details = parsed.error.issues.map((i) => ({ path: [what, ...i.path.map(String)].join('.'), message: i.message }));
-  throw new HttpError(400, 'VALIDATION_FAILED', `invalid ${what}: ${details.map((d) => `${d.path} ${d.message}`).join('; ')}`, details);
+  // Bounded: a 1 MiB body of 90,000 unknown keys must not be answered with megabytes listing them.
+  const { issues } = parsed.error;
+  const details = issues.slice(0, MAX_PROBLEMS).map((i) => ({ path: clip([what, ...i.path.map(String)].join('.')), message: clip(i.message) }));
+  const more = issues.length > details.length ? `; and ${issues.length - details.length} more` : '';
+  throw new HttpError(400, 'VALIDATION_FAILED', `invalid ${what}: ${details.map((d) => `${d.path} ${d.message}`).join('; ')}${more}`, details);
 }
+
+/** Problems a VALIDATION_FAILED answer lists, and the characters of each path and message. */
+const MAX_PROBLEMS = 20;
+const MAX_PROBLEM_CHARS = 300;
+const clip = (text: string): string => (text.length > MAX_PROBLEM_CHARS ? `${text.slice(0, MAX_PROBLEM_CHARS)}…` : text);
 
 export interface MetricsAppDeps {
   readonly logger: Logger;

@@ -52,6 +52,22 @@ describe('service-kit: parseInput', () => {
     expect(paths).toEqual(['body.title', 'body.tags.2', 'body.owner.email']);
   });
 
+  it('lists at most 20 problems of at most 300 characters each, and says how many more there were', () => {
+    const Strict = z.object({ tags: z.array(z.number()) }).strict();
+    const keys = Object.fromEntries(Array.from({ length: 5_000 }, (_, i) => [`unknown_key_${i}`, 1]));
+    let error: HttpError | undefined;
+    try {
+      parseInput(Strict, { tags: Array.from({ length: 100 }, () => 'x'), ...keys });
+    } catch (caught) {
+      error = caught as HttpError;
+    }
+    const details = error?.details as { path: string; message: string }[];
+    expect(details).toHaveLength(20);
+    expect(details.every((d) => d.message.length <= 301 && d.path.length <= 301)).toBe(true);
+    expect(error?.message).toMatch(/; and 81 more$/);
+    expect(JSON.stringify(error?.details).length + (error?.message.length ?? 0)).toBeLessThan(20_000);
+  });
+
   it('prefixes detail paths with what was parsed', () => {
     const error = failure({ tags: [], owner: { email: 'a@b.co' } }, 'query');
 
