@@ -173,7 +173,7 @@ describe('authentication, project roles and tenant isolation', () => {
     expectStatus(asBob, 403, 'ACTOR_MISMATCH');
   });
 
-  it('never lets an annotator review labels she submitted, for any attempt of the task', async () => {
+  it('never lets an annotator review labels she submitted, for any attempt of the task, nor the reviewer who rejected an attempt claim its rework', async () => {
     const taskId = await createTask(own);
     const both: TestIdentity = { user: 'eve', projects: { [own]: ['annotator', 'reviewer'] } };
     expectStatus(await http('task-svc', both).post(`/tasks/${taskId}/claim`, {}), 200);
@@ -184,6 +184,9 @@ describe('authentication, project roles and tenant isolation', () => {
     // Someone else rejects; another annotator labels attempt 2; eve still may not judge the task.
     expectStatus(await http('qa-svc', as.reviewer('rita', own)).post(`/reviews/${taskId}`, { decision: 'reject', reason: 'boxes too loose' }), 200);
     await waitStatus(taskId, 'open');
+    // rita turned attempt 1 down: holding the annotator role too, she still may not redo it.
+    const ritaAlsoAnnotator: TestIdentity = { user: 'rita', projects: { [own]: ['reviewer', 'annotator'] } };
+    expectStatus(await http('task-svc', ritaAlsoAnnotator).post(`/tasks/${taskId}/claim`, {}), 403, 'FORMER_REVIEWER');
     expectStatus(await http('task-svc', as.annotator('frank', own)).post(`/tasks/${taskId}/claim`, {}), 200);
     await eventually(async () => expect((await http('label-svc', admin).get<{ assignment: { attempt: number } }>(`/tasks/${taskId}/labels`)).body.assignment.attempt).toBe(2));
     expectStatus(await http('label-svc', as.annotator('frank', own)).post(`/tasks/${taskId}/labels`, { annotations: [{ label: 'cat' }] }, wait), 201);

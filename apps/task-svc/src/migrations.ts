@@ -86,4 +86,11 @@ CREATE TABLE imports (
   PRIMARY KEY (project_id, import_id)
 );`,
   },
+  {
+    version: 7,
+    name: 'reviewers who rejected an attempt',
+    // Tasks rejected before this migration start with nobody listed: their reviewers could still
+    // claim the rework, as before.
+    sql: `ALTER TABLE tasks ADD COLUMN rejected_by text[] NOT NULL DEFAULT '{}';`,
+  },
 ];

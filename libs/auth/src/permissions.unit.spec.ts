@@ -81,6 +81,16 @@ describe('the labelflow claim', () => {
     expect(result).toMatchObject({ ok: true, value: { subject: 'ann', admin: false } });
   });
 
+  it('refuses a platform admin who also holds project roles, which would let an admin claim, label and review', () => {
+    const result = principalFromClaims({ sub: 'root', labelflow: { admin: true, projects: { [own]: ['annotator', 'reviewer'] } } });
+    expect(result).toMatchObject({ ok: false, reason: { code: 'CLAIM_INVALID' } });
+    if (!result.ok) expect(result.reason.message).toContain('an admin works in no project');
+  });
+
+  it('accepts a platform admin with an empty project map, which names no role', () => {
+    expect(principalFromClaims({ sub: 'root', labelflow: { admin: true, projects: {} } })).toMatchObject({ ok: true, value: { admin: true } });
+  });
+
   it('refuses unknown members, so a misspelt claim is not silently ignored', () => {
     expect(principalFromClaims({ sub: 'ann', labelflow: { admn: true } }).ok).toBe(false);
   });

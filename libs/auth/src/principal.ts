@@ -13,8 +13,9 @@ export const LABELFLOW_CLAIM = 'labelflow';
 export const MAX_PROJECTS_PER_TOKEN = 500;
 
 /**
- * `{ "labelflow": { "admin": true, "projects": { "<project uuid>": "owner" | ["reviewer", "annotator"] } } }`.
- * Both members are optional; a token without the claim authenticates a person with no roles.
+ * `{ "labelflow": { "admin": true } }` or `{ "labelflow": { "projects": { "<project uuid>": "owner" | ["reviewer", "annotator"] } } }`.
+ * Both members are optional, but never together (a platform admin works in no project, see
+ * `principalFromClaims`); a token without the claim authenticates a person with no roles.
  */
 export const LabelflowClaim = z
   .object({
@@ -44,6 +45,13 @@ export function principalFromClaims(payload: Readonly<Record<string, unknown>>):
   if (!subject.success) return { ok: false, reason: { code: 'SUBJECT_INVALID', message: 'sub must be 1-128 characters of letters, digits, . _ @ - (it names the actor in events)' } };
   const claim = LabelflowClaim.safeParse(payload[LABELFLOW_CLAIM] ?? {});
   if (!claim.success) return { ok: false, reason: { code: 'CLAIM_INVALID', message: `the ${LABELFLOW_CLAIM} claim is malformed: ${claim.error.issues.map((i) => `${i.path.join('.') || '(claim)'} ${i.message}`).join('; ')}` } };
+  // The matrix keeps admins out of paid work (claim, label, review) so that nobody can both move
+  // budgets and earn from them. Project roles beside `admin` would give an admin that work through
+  // the roles' column; refusing the token says so, where ignoring the roles would leave a caller
+  // puzzled by 403s its claim seems to allow.
+  if (claim.data.admin === true && Object.keys(claim.data.projects ?? {}).length > 0) {
+    return { ok: false, reason: { code: 'CLAIM_INVALID', message: `the ${LABELFLOW_CLAIM} claim makes a platform admin and gives project roles: an admin works in no project, so issue one of the two` } };
+  }
   const projects = new Map<ProjectId, ReadonlySet<ProjectRole>>();
   for (const [rawId, roles] of Object.entries(claim.data.projects ?? {})) {
     const projectId = ProjectId.safeParse(rawId);

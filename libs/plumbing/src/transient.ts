@@ -1,10 +1,14 @@
 /**
  * SQLSTATEs where the database, not the statement, is the problem: the same work succeeds once it
  * recovers. Classes 08 (connection), 53 (insufficient resources: disk full, out of memory, too
- * many connections) and 58 (system I/O), plus serialization failures, deadlocks, a lock timeout and
- * operator intervention.
+ * many connections) and 58 (system I/O), plus serialization failures, deadlocks, a completion
+ * unknown (40003), a lock timeout, operator intervention (a cancel or a statement_timeout: 57014;
+ * shutdowns), a session ended for idling in a transaction (25P03), and a server that turned read
+ * only under us (25006: a switchover, the old primary now a standby). A consumer dead-letters what
+ * is not transient after a few tries, so each of these left out would turn a moment of trouble on
+ * the server into good events set aside, and a sweeper acting as if they had never come.
  */
-const TRANSIENT_SQLSTATE = /^(08|53|58)...$|^(40001|40P01|55P03|57P01|57P02|57P03|57P05)$/;
+const TRANSIENT_SQLSTATE = /^(08|53|58)...$|^(40001|40003|40P01|55P03|57014|57P01|57P02|57P03|57P05|25006|25P03)$/;
 /** Node's network errors, by code: a database host that is restarting or briefly unresolvable (a compose service being recreated) is not a bad message. */
 const TRANSIENT_NET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED']);
 

@@ -94,6 +94,17 @@ describe('isTransientDbError on errors from real servers', () => {
     expect(isTransientDbError(await errorOf('postgres://postgres@127.0.0.1:1/x', 'SELECT 1'))).toBe(true);
   });
 
+  it('counts a statement the server cancelled (statement_timeout) and a write refused by a read-only server as transient, so a consumer waits instead of dead-lettering good events', async () => {
+    const url = `${infra.pgUrl}/postgres`;
+    const cancelled = await errorOf(url, "SET statement_timeout = 20; SELECT pg_sleep(2)");
+    expect(cancelled).toMatchObject({ code: '57014' });
+    expect(isTransientDbError(cancelled)).toBe(true);
+    // What a write meets on a primary just turned standby; a read-only transaction is its stand-in.
+    const readOnly = await errorOf(url, 'BEGIN READ ONLY; CREATE TABLE never_written (id int); COMMIT');
+    expect(readOnly).toMatchObject({ code: '25006' });
+    expect(isTransientDbError(readOnly)).toBe(true);
+  });
+
   it('counts an error of the statement itself as permanent', async () => {
     const url = `${infra.pgUrl}/postgres`;
     expect(isTransientDbError(await errorOf(url, 'SELECT 1/0'))).toBe(false);

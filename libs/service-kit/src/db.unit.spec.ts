@@ -4,8 +4,8 @@ import { createPool, isTransientDbError } from './db';
 const withCode = (code: string) => Object.assign(new Error(`failed with ${code}`), { code });
 
 describe('isTransientDbError', () => {
-  it('is true for SQLSTATEs of a sick database: connection, resources, system I/O, serialization, shutdown', () => {
-    for (const code of ['08006', '08001', '53100', '53200', '53300', '58030', '40001', '40P01', '57P01', '57P03', '57P05']) {
+  it('is true for SQLSTATEs of a sick database: connection, resources, system I/O, serialization, cancel, shutdown, switchover', () => {
+    for (const code of ['08006', '08001', '53100', '53200', '53300', '58030', '40001', '40003', '40P01', '57014', '57P01', '57P03', '57P05', '25006', '25P03']) {
       expect(isTransientDbError(withCode(code)), code).toBe(true);
     }
   });

@@ -20,6 +20,7 @@ export const TaskRejections = {
   LEASE_NOT_DUE: 'LEASE_NOT_DUE',
   NOT_BILLABLE: 'NOT_BILLABLE',
   MACHINE_ACTOR_RESERVED: 'MACHINE_ACTOR_RESERVED',
+  FORMER_REVIEWER: 'FORMER_REVIEWER',
 } as const;
 export type TaskRejection = Rejection<(typeof TaskRejections)[keyof typeof TaskRejections]>;
 export type TaskDecision = Decision<EventDraft<TaskEvent>, TaskRejection>;
@@ -51,6 +52,11 @@ export function decide(command: TaskCommand, state: TaskState | null): TaskDecis
         return accept();
       }
       if (state.status !== TaskStatus.open) return reject('TASK_NOT_CLAIMABLE', `task is ${state.status}, not open`);
+      // Four eyes, the other way round from qa-svc's SELF_REVIEW: whoever turned an attempt down
+      // never does the rework, which they could copy from the rejected labels and be paid for.
+      if (state.rejectedBy.includes(command.annotatorId)) {
+        return reject('FORMER_REVIEWER', `${command.annotatorId} rejected an earlier attempt of this task and may not claim it`);
+      }
       const leaseExpiresAt = new Date(command.now.getTime() + command.leaseMs).toISOString();
       return accept({ type: 'TaskAssigned', version: 1, taskId: state.taskId, projectId: state.projectId, attempt: state.attempt, payload: { annotatorId: command.annotatorId, leaseExpiresAt } });
     }

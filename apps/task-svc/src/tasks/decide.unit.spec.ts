@@ -72,6 +72,30 @@ describe('task-svc: claiming a task', () => {
     expect(decision).toMatchObject({ ok: false, reason: { code: 'MACHINE_ACTOR_RESERVED' } });
   });
 
+  it('refuses the reviewer who rejected an earlier attempt the claim of the rework, with FORMER_REVIEWER', () => {
+    const reopenedAfterRejection = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted(), qaRejected(), taskReopened(2));
+    const decision = decide(claim(reviewer as string as AnnotatorId), reopenedAfterRejection);
+
+    expect(decision).toMatchObject({ ok: false, reason: { code: 'FORMER_REVIEWER' } });
+    expect(decide(claim(bob), reopenedAfterRejection)).toEqual({ ok: true, events: [taskAssigned(bob, 2)] });
+  });
+
+  it('remembers the rejecting reviewer when QA rejects through the consumer, and not for a stale attempt', () => {
+    const rejected = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted());
+    const decision = when(rejected, observe(qaRejected()));
+
+    expect(decision.state).toMatchObject({ attempt: 2, rejectedBy: [reviewer] });
+    const lateForAttempt1 = { ...qaRejected(1), payload: { ...qaRejected(1).payload, reviewerId: 'rev-2' as ReviewerId } };
+    expect(evolve(decision.state, lateForAttempt1)?.rejectedBy).toEqual([reviewer]);
+  });
+
+  it('lists nobody after an approval, which never reopens the task', () => {
+    const approved = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted(), qaPassed());
+
+    expect(approved?.rejectedBy).toEqual([]);
+    expect(rejectionCode(decide(claim(reviewer as string as AnnotatorId), approved))).toBe('TASK_NOT_CLAIMABLE');
+  });
+
   it('records the assignee and moves the task to assigned when TaskAssigned is folded', () => {
     const state = given(taskCreated(), taskAssigned(alice));
 

@@ -159,6 +159,7 @@ describe('task-svc task repository', () => {
     assignee: null,
     leaseExpiresAt: null,
     reason: null,
+    rejectedBy: [],
     version: 1,
     ...over,
   });
@@ -184,6 +185,16 @@ describe('task-svc task repository', () => {
     expect(loaded).toMatchObject({ ...assigned, leaseExpiresAt: '2030-01-01T00:00:00.000Z', version: 2 });
     expect(loaded!.updatedAt.getTime()).toBeGreaterThanOrEqual(loaded!.createdAt.getTime());
     expect(await loadTask(pool, freshSnowflake() as TaskId)).toBeNull();
+  });
+
+  it('keeps the reviewers who rejected attempts through a single save and a batch save, in order', async () => {
+    const task = await created({ rejectedBy: ['rev-1'] });
+    expect((await loadTask(pool, task.taskId))?.rejectedBy).toEqual(['rev-1']);
+    const reopened = { ...task, attempt: 2, rejectedBy: ['rev-1', 'rev.2@example.org'] };
+    await withTransaction(pool, (tx) => saveTasks(tx, [{ before: task, after: reopened }]));
+    expect(await loadTask(pool, task.taskId)).toMatchObject({ attempt: 2, rejectedBy: ['rev-1', 'rev.2@example.org'], version: 2 });
+    await saveTask(pool, { ...reopened, rejectedBy: [] }, 2);
+    expect((await loadTask(pool, task.taskId))?.rejectedBy).toEqual([]);
   });
 
   it('refuses a save from a version that is no longer current with a retriable CONCURRENT_UPDATE, writing nothing', async () => {

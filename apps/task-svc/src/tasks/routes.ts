@@ -39,6 +39,7 @@ const statusFor: Record<TaskRejection['code'], number> = {
   TASK_CANCELLED: 409,
   LEASE_NOT_DUE: 409,
   MACHINE_ACTOR_RESERVED: 403,
+  FORMER_REVIEWER: 403,
   NOT_BILLABLE: 409, TASK_EXISTS: 409, TASK_NOT_FOUND: 404, TASK_NOT_CLAIMABLE: 409, STALE_ATTEMPT: 409, TASK_NOT_REOPENABLE: 409 };
 
 const taskNotFound = (taskId: string) => ({ code: 'TASK_NOT_FOUND', message: `task ${taskId} does not exist` });

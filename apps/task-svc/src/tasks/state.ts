@@ -44,6 +44,11 @@ export interface TaskState {
   readonly leaseExpiresAt: string | null;
   /** Why the task failed or was cancelled. */
   readonly reason: string | null;
+  /**
+   * Who rejected an attempt of this task (`QaRejected.reviewerId`). None of them may claim a later
+   * attempt: a reviewer who could would be paid for redoing, or copying, the work they turned down.
+   */
+  readonly rejectedBy: readonly string[];
   /** Optimistic concurrency: bumped on every save, checked by compare-and-set. */
   readonly version: number;
 }
@@ -69,6 +74,7 @@ export function evolve(state: TaskState | null, event: TaskStateEvent): TaskStat
       assignee: null,
       leaseExpiresAt: null,
       reason: null,
+      rejectedBy: [],
       version: 0,
     };
   }
@@ -93,6 +99,9 @@ export function evolve(state: TaskState | null, event: TaskStateEvent): TaskStat
     case 'QaPassed':
       return advance(state, event.attempt, TaskStatus.approved);
     case 'QaRejected':
+      // The status changes through the TaskReopened decided alongside; the reviewer is remembered.
+      if (event.attempt !== state.attempt || state.rejectedBy.includes(event.payload.reviewerId)) return state;
+      return { ...state, rejectedBy: [...state.rejectedBy, event.payload.reviewerId] };
     case 'QaTimedOut':
     case 'BillingFailed':
       // These change the task only through the event decided alongside (TaskReopened, TaskFailed).
