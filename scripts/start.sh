@@ -145,11 +145,11 @@ done
 cat <<INFO
 
 labelflow is running (logs in $SVC_LOG_DIR/):
-  task-svc     http://127.0.0.1:${ports[task-svc]}   POST /tasks, POST /tasks/:id/claim, POST /tasks/:id/cancel (admin), GET /tasks[/:id]
+  task-svc     http://127.0.0.1:${ports[task-svc]}   POST /tasks, POST /tasks/:id/claim, POST /tasks/:id/cancel (owner, manager, admin), GET /tasks[/:id]
   label-svc    http://127.0.0.1:${ports[label-svc]}   POST /tasks/:id/labels, GET /tasks/:id/labels
   qa-svc       http://127.0.0.1:${ports[qa-svc]}   POST /reviews/:taskId, GET /reviews[/:taskId]
   billing-svc  http://127.0.0.1:${ports[billing-svc]}   POST /projects, POST /projects/:id/top-ups, GET /projects/:id,
-                                        POST /tasks/:id/billing/retry (admin), GET /tasks/:id/billing, GET /annotators/:id/payouts
+                                        POST /tasks/:id/billing/retry (owner, manager, admin), GET /tasks/:id/billing, GET /annotators/:id/payouts
   saga-monitor http://127.0.0.1:${ports[saga-monitor]}   the saga timeline page: http://127.0.0.1:${ports[saga-monitor]}/ui (paste a token from
                                         npm run token -- --user you --role admin); GET /sagas?search=, /sagas/:taskId, /sagas/alerts
   each also serves /healthz, /readyz and /metrics; the full reference is docs/http-api.md
