@@ -56,6 +56,10 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
   let exhausted = false;
   let again = false;
   let reading: Promise<void> | undefined;
+  // Keys of the unreadable rows this drain parked, and the lowest such row's id. Their parks are
+  // queued on the mark lane, so a read that runs before one commits would not see the key among
+  // the read's `parked`, and could send a later row of it ahead of the one set aside.
+  const parkedHere: Record<string, string> = {};
 
   const read = async () => {
     const limit =
@@ -81,6 +85,7 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     let bytes = 0;
     let messages = 0;
     let parked = first.parked;
+    for (const [key, id] of Object.entries(parkedHere)) if (parked?.[key] === undefined) parked = { ...parked, [key]: id };
     for (const r of rows) {
       let entries: Pending[];
       try {
@@ -88,9 +93,11 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
       } catch (error) {
         if (!(error instanceof OutboxError && error.code === OutboxErrors.ROW_INVALID)) throw error;
         // A bundle that cannot be read would stop the relay at every read: parked instead, its
-        // first key holds its later rows back (from the next read on through `parked`).
+        // first key holds its later rows back (in this drain through `parkedHere`, in later ones
+        // through the read's `parked`, once the park has committed).
         const row: Pending = { id: r.id, message: { topic: r.topic, key: r.message_key, value: '', headers: {} }, bytes: 0, held: true, ends: 1 };
         resolve([row], (rows) => rowMarks.parkUnreadable(rows, error));
+        parkedHere[r.message_key] ??= r.id;
         if (parked?.[r.message_key] === undefined) parked = { ...parked, [r.message_key]: r.id };
         continue;
       }

@@ -711,6 +711,35 @@ describe('the outbox relay', () => {
       expect(firstSeqsByKey(await readAll(infra.kafkaBrokers, topic))).toEqual({ 'task-ok': upTo(5) });
     });
 
+    it('holds back the later rows of an unreadable bundle\'s key in the reads that run before its park has committed', async () => {
+      const topic = await freshTopic();
+      await pool.query(
+        `INSERT INTO outbox (event_id, topic, message_key, event_type, payload, headers, messages)
+         VALUES ('bad-late', $1, 'task-bad', 'Test', 'null', '{}', 'bad-late' || E'\\x1f' || 'only two fields')`,
+        [BUNDLE_TOPIC],
+      );
+      await enqueue(pool, 'outbox_test', [...rows(topic, 'task-bad', 1, 1), ...rows(topic, 'task-ok', 1)]);
+      // The park waits for this lock, so every later read of the drain runs before it commits:
+      // one row a read, the row of task-bad in the second, task-ok's in the third.
+      const blocker = await pool.connect();
+      try {
+        await blocker.query('BEGIN');
+        await blocker.query(`SELECT 1 FROM outbox WHERE event_id = 'bad-late' FOR UPDATE`);
+        start({ batchSize: 1 });
+        await readTopic(infra.kafkaBrokers, topic, (m) => m.some((x) => x.key?.toString() === 'task-ok'));
+      } finally {
+        await blocker.query('COMMIT');
+        blocker.release();
+      }
+      await eventually(async () =>
+        expect((await pool.query(`SELECT message_key AS key, split_part(failure, ':', 1) AS failure FROM outbox WHERE message_key = 'task-bad' ORDER BY id`)).rows).toEqual([
+          { key: 'task-bad', failure: 'unreadable' },
+          { key: 'task-bad', failure: 'held' },
+        ]),
+      );
+      expect(firstSeqsByKey(await readAll(infra.kafkaBrokers, topic))).toEqual({ 'task-ok': [0] });
+    });
+
     it('is refused by the broker when a relay that knows no bundles sends one as a plain row, so such a relay marks nothing', async () => {
       await expect(publisher.send([{ topic: BUNDLE_TOPIC, key: 'task-a', value: 'null', headers: {} }])).rejects.toThrow(/INVALID_TOPIC/);
     });
