@@ -1,9 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import { BloomFilter, RecentKeys } from './bloom';
+import { bloomBytes } from './config';
 
 const keys = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${7_000_000_000_000_000_000n + BigInt(i * 7919)}:LabelSubmitted:${1 + (i % 3)}`);
 
 describe('the Bloom filter behind the dedup fallback', () => {
+  it('is sized as the config check computes it, so the check bounds what a service allocates', () => {
+    for (const [capacity, rate] of [[10, 0.5], [1_000_000, 0.01], [20_000, 0.000001], [3, 0.9]] as const) {
+      expect(bloomBytes(capacity, rate), `${capacity} at ${rate}`).toBe(Math.ceil(new BloomFilter(capacity, rate).bits / 32) * 4);
+    }
+  });
+
   it('never answers no for a key it was given', () => {
     const filter = new BloomFilter(20_000, 0.01);
     const added = keys('a', 20_000);

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { DedupConfigShape, dedupConfigRefinement, dedupConfigRefinementMessage } from '@labelflow/dedup';
+import { bloomConfigProblems, DedupConfigShape, dedupConfigRefinement, dedupConfigRefinementMessage } from '@labelflow/dedup';
 import { AuthConfigShape, authConfigProblems } from './auth';
 import { KafkaSecurityShape, kafkaSecurityProblems } from './kafka-security';
 import { ServiceKitError, ServiceKitErrors } from './errors';
@@ -24,6 +24,10 @@ const url = (protocols: readonly string[]) =>
       return false;
     }
   }, `must be a ${protocols.join(' or ')}// URL`);
+
+/** The longest fetch wait: a consumer gets CLOSE_STEP_TIMEOUT_MS (5 s) to close, and waits out its fetch first. */
+const FETCH_WAIT_MAX_MS = 4_000;
+const FETCH_WAIT_LIMIT = `must be at most ${FETCH_WAIT_MAX_MS} ms: a consumer lets its fetch end before it leaves the group, within the 5 s it gets to close`;
 
 /** Settings every service shares; services extend it with their own. */
 export const BaseConfig = z.object({
@@ -52,13 +56,16 @@ export const BaseConfig = z.object({
    * batch; idle, it bounds how often an empty fetch is asked for.
    */
   KAFKA_FETCH_MIN_BYTES: z.coerce.number().int().min(1).max(10_485_760).default(65_536),
-  KAFKA_FETCH_MAX_WAIT_MS: z.coerce.number().int().min(1).max(30_000).default(50),
+  // Both waits stay under the 5 s a resource gets to close (CLOSE_STEP_TIMEOUT_MS): kafkajs lets
+  // the fetch in flight end before it leaves the group, and a consumer that runs out of time there
+  // never sends LeaveGroup, so its partitions sit idle until its session times out.
+  KAFKA_FETCH_MAX_WAIT_MS: z.coerce.number().int().min(1).max(FETCH_WAIT_MAX_MS, FETCH_WAIT_LIMIT).default(50),
   /**
    * The idle long poll of @labelflow/messaging: after this many fetches in a row brought nothing,
    * the next asks for any message and waits up to the idle wait, so a quiet consumer fetches a few
    * times a second instead of twenty and answers its next event at once. A wait of 0 turns it off.
    */
-  KAFKA_FETCH_IDLE_WAIT_MS: z.coerce.number().int().min(0).max(30_000).default(250),
+  KAFKA_FETCH_IDLE_WAIT_MS: z.coerce.number().int().min(0).max(FETCH_WAIT_MAX_MS, FETCH_WAIT_LIMIT).default(250),
   KAFKA_FETCH_IDLE_AFTER_EMPTY: z.coerce.number().int().min(1).max(1_000).default(40),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   OUTBOX_POLL_MS: z.coerce.number().int().min(10).max(60_000).default(500),
@@ -106,7 +113,9 @@ export type BaseConfig = z.infer<typeof BaseConfig>;
 /** Cross-field rules every service's config must also pass (zod refinements do not survive .extend). */
 export const checkBaseConfig = <C extends BaseConfig>(config: C): string[] => [
   ...(dedupConfigRefinement(config) ? [] : [`${dedupConfigRefinementMessage.path.join('.')}: ${dedupConfigRefinementMessage.message}`]),
+  ...bloomConfigProblems(config),
   ...(config.CONSUMER_RETRY_MAX_MS >= config.CONSUMER_RETRY_INITIAL_MS ? [] : ['CONSUMER_RETRY_MAX_MS: must be at least CONSUMER_RETRY_INITIAL_MS']),
+  ...(config.METRICS_PORT !== undefined && config.METRICS_PORT !== 0 && config.METRICS_PORT === config.PORT ? ['METRICS_PORT: must differ from PORT (the token-free scrape port is a second listener)'] : []),
   ...authConfigProblems(config),
   ...kafkaSecurityProblems(config),
 ];

@@ -24,6 +24,17 @@ const failure = (env: Record<string, string | undefined>): ServiceKitError => {
 };
 
 describe('service-kit: loadConfig', () => {
+  it('refuses a Bloom filter sized past 256 MiB a generation and an error rate under one in a million, naming the variables, before anything is allocated', () => {
+    expect(failure({ ...validEnv, DEDUP_BLOOM_CAPACITY: '100000000', DEDUP_BLOOM_ERROR_RATE: '0.000001' }).message).toMatch(/DEDUP_BLOOM_CAPACITY: 100000000 keys at DEDUP_BLOOM_ERROR_RATE 0.000001 make a Bloom generation of \d+ MiB/);
+    expect(failure({ ...validEnv, DEDUP_BLOOM_ERROR_RATE: '1e-300' }).message).toMatch(/DEDUP_BLOOM_ERROR_RATE/);
+    expect(loadConfig(BaseConfig, { ...validEnv, DEDUP_BLOOM_CAPACITY: '100000000', DEDUP_BLOOM_ERROR_RATE: '0.01' })).toMatchObject({ DEDUP_BLOOM_CAPACITY: 100_000_000 });
+  });
+
+  it('refuses a METRICS_PORT equal to PORT, which would only fail at the last step of the start', () => {
+    expect(failure({ ...validEnv, METRICS_PORT: '3001' }).details).toEqual(['METRICS_PORT: must differ from PORT (the token-free scrape port is a second listener)']);
+    expect(loadConfig(BaseConfig, { ...validEnv, PORT: '0', METRICS_PORT: '0' })).toMatchObject({ PORT: 0, METRICS_PORT: 0 });
+  });
+
   it('parses a valid environment and applies the defaults', () => {
     // toMatchObject: services keep adding optional settings; this pins the ones that exist today.
     expect(loadConfig(BaseConfig, validEnv)).toMatchObject({
@@ -69,15 +80,15 @@ describe('service-kit: loadConfig', () => {
 
   it('waits up to 50 ms for 64 KiB per fetch by default, and refuses a wait of 0 or over 30 s', () => {
     expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ KAFKA_FETCH_MIN_BYTES: 65_536, KAFKA_FETCH_MAX_WAIT_MS: 50 });
-    expect(loadConfig(BaseConfig, { ...validEnv, KAFKA_FETCH_MIN_BYTES: '1', KAFKA_FETCH_MAX_WAIT_MS: '5000' })).toMatchObject({ KAFKA_FETCH_MIN_BYTES: 1, KAFKA_FETCH_MAX_WAIT_MS: 5000 });
-    const names = (failure({ ...validEnv, KAFKA_FETCH_MIN_BYTES: '0', KAFKA_FETCH_MAX_WAIT_MS: '30001' }).details as string[]).map((p) => p.split(':')[0]);
+    expect(loadConfig(BaseConfig, { ...validEnv, KAFKA_FETCH_MIN_BYTES: '1', KAFKA_FETCH_MAX_WAIT_MS: '4000' })).toMatchObject({ KAFKA_FETCH_MIN_BYTES: 1, KAFKA_FETCH_MAX_WAIT_MS: 4000 });
+    const names = (failure({ ...validEnv, KAFKA_FETCH_MIN_BYTES: '0', KAFKA_FETCH_MAX_WAIT_MS: '4001' }).details as string[]).map((p) => p.split(':')[0]);
     expect(names.sort()).toEqual(['KAFKA_FETCH_MAX_WAIT_MS', 'KAFKA_FETCH_MIN_BYTES']);
   });
 
   it('long-polls a quiet consumer after 40 empty fetches (2 s of silence) for up to 250 ms by default, off with a wait of 0, and refuses a run of 0 empty fetches', () => {
     expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ KAFKA_FETCH_IDLE_WAIT_MS: 250, KAFKA_FETCH_IDLE_AFTER_EMPTY: 40 });
     expect(loadConfig(BaseConfig, { ...validEnv, KAFKA_FETCH_IDLE_WAIT_MS: '0' })).toMatchObject({ KAFKA_FETCH_IDLE_WAIT_MS: 0 });
-    const names = (failure({ ...validEnv, KAFKA_FETCH_IDLE_WAIT_MS: '-1', KAFKA_FETCH_IDLE_AFTER_EMPTY: '0' }).details as string[]).map((p) => p.split(':')[0]);
+    const names = (failure({ ...validEnv, KAFKA_FETCH_IDLE_WAIT_MS: '4001', KAFKA_FETCH_IDLE_AFTER_EMPTY: '0' }).details as string[]).map((p) => p.split(':')[0]);
     expect(names.sort()).toEqual(['KAFKA_FETCH_IDLE_AFTER_EMPTY', 'KAFKA_FETCH_IDLE_WAIT_MS']);
   });
 

@@ -84,7 +84,7 @@ export class Lifecycle {
 }
 
 export interface SignalSource {
-  once(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
+  on(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
   removeListener(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
 }
 
@@ -123,7 +123,14 @@ export async function runUntilSignal(logger: Logger, start: () => Promise<Lifecy
     exit(0);
   };
   const stop = (signal: string) => {
-    if (stopping) return;
+    // Listened for until exit: with a one-time listener, a second SIGTERM would get Node's default
+    // action and kill the process mid-close without a word. `npm start`'s Ctrl-C sends two (the
+    // terminal's SIGINT, then the script's SIGTERM), so a repeat is not an order to hurry: the
+    // close goes on, bounded by the budget.
+    if (stopping) {
+      logger.info({ signal, shuttingDownSince: stopping, budgetMs: budget }, 'already shutting down; the close goes on within its budget');
+      return;
+    }
     stopping = signal;
     logger.info({ signal, starting: lifecycle === undefined }, 'shutting down');
     force = setTimeout(() => {
@@ -135,8 +142,8 @@ export async function runUntilSignal(logger: Logger, start: () => Promise<Lifecy
   };
   const onSigint = () => stop('SIGINT');
   const onSigterm = () => stop('SIGTERM');
-  signals.once('SIGINT', onSigint);
-  signals.once('SIGTERM', onSigterm);
+  signals.on('SIGINT', onSigint);
+  signals.on('SIGTERM', onSigterm);
 
   try {
     lifecycle = await start();

@@ -92,6 +92,23 @@ describe('running until a signal', () => {
     expect(closed).toBe(true);
   });
 
+  it('keeps listening while it closes: a repeated or second signal is logged and the close goes on to exit 0 once', async () => {
+    const h = harness();
+    const lifecycle = new Lifecycle(h.logger);
+    let release!: () => void;
+    const slow = new Promise<void>((resolve) => (release = resolve));
+    lifecycle.onClose('pool', () => slow);
+    await runUntilSignal(h.logger, async () => lifecycle, { signals: h.signals, exit: h.exit });
+
+    h.signals.emit('SIGINT');
+    h.signals.emit('SIGTERM');
+    h.signals.emit('SIGTERM');
+    expect(h.signals.listenerCount('SIGTERM')).toBe(1);
+    expect(h.lines.filter((l) => l.msg === 'already shutting down; the close goes on within its budget')).toHaveLength(2);
+    release();
+    await vi.waitFor(() => expect(h.exits).toEqual([0]));
+  });
+
   it('exits 0 once, and never later as "took too long", when the shutdown ends within its budget', async () => {
     vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
     try {

@@ -35,6 +35,27 @@ describe('database bootstrap', () => {
     await pool.end();
   });
 
+  it('says that it waits when another instance holds the migration lock, and migrates once the lock is free', async () => {
+    const name = uniqueName('migratewait');
+    created.push(name);
+    await ensureDatabase(`${infra.pgUrl}/${name}`);
+    const pool = createTestPool(`${infra.pgUrl}/${name}`, 4);
+    const holder = await pool.connect();
+    try {
+      await holder.query('SELECT pg_advisory_lock(72817001)');
+      let waited!: () => void;
+      const saidSo = new Promise<void>((resolve) => (waited = resolve));
+      const migrating = migrate(pool, [{ version: 1, name: 'counter', sql: 'CREATE TABLE runs (n int);' }], { onWait: waited });
+      await saidSo;
+      expect((await pool.query("SELECT to_regclass('runs') AS t")).rows[0].t).toBeNull();
+      await holder.query('SELECT pg_advisory_unlock(72817001)');
+      expect(await migrating).toEqual([1]);
+    } finally {
+      holder.release();
+      await pool.end();
+    }
+  });
+
   it('rolls back a failing migration entirely and names it in the error', async () => {
     const name = uniqueName('badmigration');
     created.push(name);

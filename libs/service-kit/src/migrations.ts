@@ -19,7 +19,7 @@ const MIGRATION_LOCK = 72_817_001;
  * Applies pending migrations in version order, each in its own transaction, under an advisory lock
  * so instances starting together never apply one twice.
  */
-export async function migrate(pool: pg.Pool, migrations: readonly Migration[]): Promise<number[]> {
+export async function migrate(pool: pg.Pool, migrations: readonly Migration[], { onWait }: { readonly onWait?: () => void } = {}): Promise<number[]> {
   const sorted = [...migrations].sort((a, b) => a.version - b.version);
   sorted.forEach((m, i) => {
     if (i > 0 && sorted[i - 1]?.version === m.version) {
@@ -29,7 +29,13 @@ export async function migrate(pool: pg.Pool, migrations: readonly Migration[]): 
   const client = await pool.connect();
   const applied: number[] = [];
   try {
-    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
+    // Tried first, so that a start held up by another instance's migrations says so instead of
+    // hanging silently (the wait has no bound: a migration may rightly take long).
+    const got = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [MIGRATION_LOCK]);
+    if (got.rows[0]?.ok !== true) {
+      onWait?.();
+      await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
+    }
     await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
     const done = new Set((await client.query<{ version: number }>('SELECT version FROM schema_migrations')).rows.map((r) => r.version));

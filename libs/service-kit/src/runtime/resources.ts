@@ -23,7 +23,7 @@ export async function openPostgres(config: BaseConfig, lifecycle: Lifecycle): Pr
 
 /** Brings the schema up to date before anything reads or writes it. */
 export async function migrateDatabase(pool: Pool, migrations: readonly Migration[], logger: Logger): Promise<void> {
-  const applied = await migrate(pool, migrations);
+  const applied = await migrate(pool, migrations, { onWait: () => logger.info('waiting for another instance to finish migrating this database (its migration lock is held)') });
   if (applied.length > 0) logger.info({ applied }, 'migrations applied');
 }
 
