@@ -122,7 +122,7 @@ describe('machine pre-labels', () => {
     await expectAuditClean(stack, infra.kafkaBrokers);
   });
 
-  it('submits a confident proposal as the model, which completes through QA and billing: no payout, the machine price charged', async () => {
+  it('submits a confident proposal as the model, which the attempt\'s holder may not review, and which completes through QA and billing: no payout, the machine price charged', async () => {
     expect((await putPolicy(as.annotator('annotator-e', projectId), { autoSubmit: true, minConfidence: 0.9 })).status).toBe(403);
     const set = await putPolicy(manager(), { autoSubmit: true, minConfidence: 0.9, model: MODEL });
     expect(set.status, JSON.stringify(set.body)).toBe(200);
@@ -138,6 +138,10 @@ describe('machine pre-labels', () => {
     await publish(proposal(taskId, 1, 'p-unsure', 0.5, { name: 'cat-detector', version: '2.0' }));
     const confident = proposal(taskId, 1, 'p-sure', 0.95);
     await publish(confident, confident);
+    // The model labelled annotator-e's attempt: holding the reviewer role too, she still may not judge it.
+    const holder: TestIdentity = { user: 'annotator-e', projects: { [projectId]: ['annotator', 'reviewer'] } };
+    const ownAttempt = await stack.http('qa-svc', holder).post<{ error: { code: string } }>(`/reviews/${taskId}`, { decision: 'approve' }, { prefer: 'wait=20' });
+    expect([ownAttempt.status, ownAttempt.body.error?.code]).toEqual([403, 'SELF_REVIEW']);
     await review(stack, taskId, 'approve');
     await waitForStatus(stack, taskId, 'completed');
 

@@ -23,7 +23,21 @@ const labelPayload = {
 /** Version 1: what label-svc wrote before `durationMs`, and what an instance pinned to `LABEL_EVENT_VERSION=1` still writes. */
 export const LabelSubmittedV1 = defineEvent('LabelSubmitted', 1, z.object(labelPayload));
 /** Version 2, the newest: adds `durationMs`, null when nobody measured it (a v1 event, a client that did not say). */
-export const LabelSubmitted = defineEvent('LabelSubmitted', 2, z.object({ ...labelPayload, durationMs: WorkDurationMs.nullable() }));
+export const LabelSubmitted = defineEvent(
+  'LabelSubmitted',
+  2,
+  z.object({
+    ...labelPayload,
+    durationMs: WorkDurationMs.nullable(),
+    /**
+     * Who held the attempt when someone else's labels were submitted for it: the assignee, on a
+     * model's auto-submitted pre-label (`annotatorId` is then the model). Absent when the holder
+     * submitted. Added without a new version: a reader that does not know it drops it, and qa-svc
+     * keeps the holder from reviewing labels of a task they held.
+     */
+    heldBy: AnnotatorId.optional(),
+  }),
+);
 
 // One schema per (type, version): the outer union picks the type, the inner one the version, and
 // an older version is lifted to the newest on the way out, so every reader sees one shape.

@@ -172,7 +172,13 @@ function receivePrelabel(proposal: PrelabelProposed, state: LabelTaskState, now:
     taskId: proposal.taskId,
     projectId: proposal.projectId,
     attempt: proposal.attempt,
-    payload: { annotatorId: machineActorId(proposal.model) as AnnotatorId, annotations: proposal.annotations.map((a) => ({ label: a.label, confidence: a.confidence })), durationMs: null },
+    payload: {
+      annotatorId: machineActorId(proposal.model) as AnnotatorId,
+      annotations: proposal.annotations.map((a) => ({ label: a.label, confidence: a.confidence })),
+      durationMs: null,
+      // autoSubmits() holds only for an assigned attempt.
+      ...(assignment?.annotatorId ? { heldBy: assignment.annotatorId } : {}),
+    },
   });
 }
 

@@ -43,10 +43,10 @@ describe('label-svc: machine pre-labels', () => {
     expect(rejectionCode(decide(receive(other), given(taskAssigned(1))))).toBe('PROJECT_MISMATCH');
   });
 
-  it('submits the labels as the model when the policy allows it and every confidence reaches the threshold', () => {
+  it('submits the labels as the model, naming the attempt\'s holder, when the policy allows it and every confidence reaches the threshold', () => {
     const { decision, state } = when(withPolicy(given(taskAssigned(1))), receive());
     expect(decision.ok && decision.events).toEqual([
-      { ...envelope(1), version: 2, type: 'LabelSubmitted', payload: { annotatorId: 'model.cat-detector@2.1', annotations: [{ label: 'l0', confidence: 0.95 }, { label: 'l1', confidence: 0.99 }], durationMs: null } },
+      { ...envelope(1), version: 2, type: 'LabelSubmitted', payload: { annotatorId: 'model.cat-detector@2.1', annotations: [{ label: 'l0', confidence: 0.95 }, { label: 'l1', confidence: 0.99 }], durationMs: null, heldBy: alice } },
     ]);
     expect(state.labels.map((l) => [l.attempt, l.annotatorId, l.status])).toEqual([[1, 'model.cat-detector@2.1', 'submitted']]);
     expect(state.newPrelabels.map((p) => p.autoSubmitted)).toEqual([true]);

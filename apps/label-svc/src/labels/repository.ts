@@ -93,7 +93,7 @@ export async function loadLabelTasksForUpdate(tx: Queryable, taskIds: readonly T
       else if (!projectOf.has(e.taskId)) projectOf.set(e.taskId, e.projectId);
     }
     const proposed = new Set(proposals.map((e) => e.taskId));
-    const policies = await loadPolicies(tx, [...new Set([...proposed].map((taskId) => projectOf.get(taskId)!))]);
+    const policies = await loadPolicies(tx, [...new Set([...proposed].map((taskId) => projectOf.get(taskId)!))], { share: true });
     for (const taskId of proposed) {
       const policy = policies.get(projectOf.get(taskId)!);
       if (policy) states.set(taskId, { ...states.get(taskId)!, prelabelPolicy: policy });

@@ -7,7 +7,7 @@ import { freshDatabase, freshSnowflake } from '@labelflow/testing';
 import { loadLabelTasksForUpdate, saveLabelTasks } from '../labels/repository';
 import { evolve } from '../labels/state';
 import { migrations } from '../migrations';
-import { listPrelabels, loadPolicy, savePolicy } from './repository';
+import { listPrelabels, loadPolicies, loadPolicy, savePolicy } from './repository';
 
 const infra = inject('infra');
 
@@ -27,6 +27,30 @@ describe('label-svc pre-label repository', () => {
     const second = await savePolicy(pool, { projectId, autoSubmit: false, minConfidence: 0.9, model: { name: 'cat-detector', version: '2' } as never }, 'owner-1');
     expect(second).toMatchObject({ projectId, autoSubmit: false, minConfidence: 0.9, model: { name: 'cat-detector', version: '2' }, updatedBy: 'owner-1' });
     expect(await loadPolicy(pool, projectId)).toEqual(second);
+  });
+
+  it('makes a policy change wait for a batch that decided under the old policy, so its answer means no later commit uses the old one', async () => {
+    const project = randomUUID() as ProjectId;
+    await savePolicy(pool, { projectId: project, autoSubmit: true, minConfidence: 0.7, model: null }, 'manager-1');
+    let changed = false;
+    let release!: () => void;
+    const holding = new Promise<void>((resolve) => (release = resolve));
+    let loaded!: () => void;
+    const batchLoaded = new Promise<void>((resolve) => (loaded = resolve));
+    const batch = withTransaction(pool, async (tx) => {
+      expect((await loadPolicies(tx, [project], { share: true })).get(project)).toMatchObject({ autoSubmit: true });
+      loaded();
+      await holding;
+    });
+    await batchLoaded;
+    const change = savePolicy(pool, { projectId: project, autoSubmit: false, minConfidence: 0.7, model: null }, 'manager-1').then(() => void (changed = true));
+    // The change waits on the batch's share lock until the batch ends.
+    await expect.poll(async () => (await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rows[0]?.n).toBe(1);
+    expect(changed).toBe(false);
+    release();
+    await batch;
+    await change;
+    expect(await loadPolicy(pool, project)).toMatchObject({ autoSubmit: false });
   });
 
   it("loads the project's policy with a batch carrying proposals, and stores the batch's proposals without an assignment row", async () => {

@@ -49,10 +49,14 @@ const toPrelabel = (r: PrelabelRow): PrelabelRecord => ({
   receivedAt: r.received_at,
 });
 
-/** The policies of the projects, by project id (a project without one is absent). */
-export async function loadPolicies(db: Queryable, projectIds: readonly string[]): Promise<Map<string, PolicyRecord>> {
+/**
+ * The policies of the projects, by project id (a project without one is absent). `share` locks
+ * them for the caller's transaction (a consumed batch's): a `PUT` of the policy then waits for the
+ * batches deciding under the old one, so once it answers, no later commit auto-submits by it.
+ */
+export async function loadPolicies(db: Queryable, projectIds: readonly string[], { share = false }: { readonly share?: boolean } = {}): Promise<Map<string, PolicyRecord>> {
   if (projectIds.length === 0) return new Map();
-  const { rows } = await db.query<PolicyRow>('SELECT * FROM prelabel_policies WHERE project_id = ANY($1::uuid[])', [[...new Set(projectIds)]]);
+  const { rows } = await db.query<PolicyRow>(`SELECT * FROM prelabel_policies WHERE project_id = ANY($1::uuid[])${share ? ' ORDER BY project_id FOR SHARE' : ''}`, [[...new Set(projectIds)]]);
   return new Map(rows.map((r) => [r.project_id, toPolicy(r)]));
 }
 

@@ -172,6 +172,17 @@ describe('qa-svc: deciding reviews', () => {
     expect(decide(approve(), state)).toEqual({ ok: true, events: [qaPassed(2, bob)] });
   });
 
+  it('refuses with SELF_REVIEW the holder of an attempt whose labels a model submitted, and lets another reviewer decide it', () => {
+    const model = 'model.cat-detector@2.1' as AnnotatorId;
+    const machineLabels: EventDraft<LabelSubmitted> = { ...labelSubmitted(1, model), payload: { ...labelSubmitted(1, model).payload, heldBy: alice } };
+    const { state } = when(given(), { type: 'OpenReview', event: machineLabels, now: t0, slaMs });
+    expect(state.formerAnnotators).toEqual([alice]);
+    const asAlice: ReviewCommand = { type: 'DecideReview', taskId, reviewerId: String(alice) as ReviewerId, decision: 'approve' };
+
+    expect(rejectionCode(decide(asAlice, state))).toBe('SELF_REVIEW');
+    expect(decide(approve(), state)).toEqual({ ok: true, events: [qaPassed(1, model)] });
+  });
+
   it('refuses with SELF_REVIEW a reviewer whose labels for an ended attempt arrived after its reopen and were stale', () => {
     // alice's lease ran out while her labels waited in label-svc's outbox: the reopen came first.
     const leaseExpired: EventDraft<TaskReopened> = { ...taskReopened(2), payload: { reason: 'LEASE_EXPIRED', previousAttempt: 1, previousAnnotatorId: alice } };

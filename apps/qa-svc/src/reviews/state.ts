@@ -45,9 +45,11 @@ export interface ReviewTaskState {
    */
   readonly reopenedAttempt: number;
   /**
-   * Who held an attempt that a reopen ended (TaskReopened's previousAnnotatorId), in reopen order.
-   * Their labels may never have reached qa-svc (stale after the reopen), yet they may not review
-   * the task: the four-eyes rule counts them with the annotators of its reviews.
+   * Who held an attempt without being its reviews' annotator, in the order qa-svc learnt of them:
+   * the holder of an attempt a reopen ended (TaskReopened's previousAnnotatorId), whose labels may
+   * never have reached qa-svc (stale after the reopen), and the holder of an attempt a model's
+   * pre-label was submitted for (LabelSubmitted's heldBy). None of them may review the task: the
+   * four-eyes rule counts them with the annotators of its reviews.
    */
   readonly formerAnnotators: readonly AnnotatorId[];
   /** Absorbing: once true, later events for the task are ignored and decisions refused. */
@@ -93,9 +95,12 @@ export function evolve(state: ReviewTaskState, event: ReviewStateEvent): ReviewT
   // A cancelled task is a tombstone: nothing that arrives later can revive or change it.
   if (state.cancelled) return state;
   switch (event.type) {
-    case 'LabelSubmitted':
+    case 'LabelSubmitted': {
       // The review item opens with QaStarted, which the decision emits alongside.
-      return state;
+      const holder = event.payload.heldBy;
+      if (holder === undefined || state.formerAnnotators.includes(holder)) return state;
+      return { ...state, formerAnnotators: [...state.formerAnnotators, holder] };
+    }
     case 'QaStarted':
       if (reviewOf(state, event.attempt)) return state;
       return {
