@@ -19,7 +19,7 @@ describe('Redis stopped in the middle of a run', () => {
     await redis?.destroy();
   });
 
-  it('loses nothing and applies nothing twice: the breaker opens, the Bloom and inbox tiers take over, and it closes again', async () => {
+  it('loses nothing and applies nothing twice: /readyz says degraded, the breaker opens, the Bloom and inbox tiers take over, and it closes again', async () => {
     const price = 75;
     const budget = 5_000;
     const projectId = await createProject(stack, budget, price);
@@ -29,6 +29,13 @@ describe('Redis stopped in the middle of a run', () => {
     for (const taskId of tasks.slice(0, 4)) await waitForStatus(stack, taskId, 'completed');
 
     await redis.stop({ crash: true });
+    // Degraded, not out of service: a load balancer gating on /readyz keeps sending traffic.
+    for (const name of serviceNames) {
+      await eventually(async () => {
+        const ready = await stack.http(name).get<{ status: string; checks: Record<string, string> }>('/readyz');
+        expect([ready.status, ready.body.status, ready.body.checks.redis?.startsWith('down'), ready.body.checks.postgres], `${name} /readyz`).toEqual([200, 'degraded', true, 'ok']);
+      });
+    }
     await drive(tasks.slice(4, 8));
     for (const taskId of tasks.slice(4, 8)) await waitForStatus(stack, taskId, 'completed');
     // Duplicates while Redis is down: every QA and billing event delivered again.

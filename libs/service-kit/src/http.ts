@@ -12,6 +12,13 @@ export interface HttpAppDeps {
   readonly logger: Logger;
   /** Named readiness probes; each throws when its dependency does not answer. */
   readonly readiness: Readonly<Record<string, () => Promise<unknown>>>;
+  /**
+   * Probes whose dependency the service can do without for a while (Redis: dedup falls back to the
+   * Bloom filter and the inbox, Idempotency-Keys and rate limits to PostgreSQL and the process).
+   * One of them down answers 200 `degraded`, naming it, not 503: a load balancer that drops every
+   * instance at once because of a cache would turn a degradation into an outage.
+   */
+  readonly readinessOptional?: readonly string[];
   /** How long one probe may take before it counts as down; default READINESS_PROBE_TIMEOUT_MS. */
   readonly readinessTimeoutMs?: number;
   readonly metrics?: Metrics;
@@ -190,7 +197,7 @@ function instrument(app: FastifyInstance, metrics: Metrics | undefined): void {
  * /healthz (process alive), /readyz (dependencies answer), /metrics, and incoming W3C trace context
  * made active for the handler so emitted events continue the caller's trace.
  */
-export function createHttpApp({ logger, readiness, readinessTimeoutMs, metrics, auth, bodyLimit = 1_048_576 }: HttpAppDeps): FastifyInstance {
+export function createHttpApp({ logger, readiness, readinessOptional = [], readinessTimeoutMs, metrics, auth, bodyLimit = 1_048_576 }: HttpAppDeps): FastifyInstance {
   const app: FastifyInstance = Fastify({
     loggerInstance: logger.child({ component: 'http' }) as FastifyBaseLogger,
     // One access line per request (below) instead of fastify's two: each line is a synchronous
@@ -258,8 +265,10 @@ export function createHttpApp({ logger, readiness, readinessTimeoutMs, metrics, 
   const probeReadiness = readinessProbe(readiness, { timeoutMs: readinessTimeoutMs ?? READINESS_PROBE_TIMEOUT_MS, logger });
   app.get('/readyz', async (_request, reply) => {
     const checks = await probeReadiness();
-    const ready = Object.values(checks).every((state) => state === 'ok');
-    return reply.status(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', checks });
+    const down = Object.entries(checks).filter(([, state]) => state !== 'ok').map(([name]) => name);
+    if (down.length === 0) return reply.status(200).send({ status: 'ready', checks });
+    const degraded = down.every((name) => readinessOptional.includes(name));
+    return reply.status(degraded ? 200 : 503).send({ status: degraded ? 'degraded' : 'not ready', checks });
   });
   if (metrics) {
     app.get('/metrics', async (request, reply) => {

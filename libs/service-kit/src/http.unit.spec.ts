@@ -206,6 +206,18 @@ describe('createHttpApp authentication', () => {
     await server.close();
   });
 
+  it('answers /readyz 200 degraded when only a dependency the service can do without is down, and 503 once another one is', async () => {
+    const redisDown = () => Promise.reject(new Error('Connection is closed.'));
+    const degraded = app({ readiness: { postgres: async () => undefined, redis: redisDown }, readinessOptional: ['redis'] });
+    const answer = await degraded.inject({ url: '/readyz' });
+    expect([answer.statusCode, answer.json()]).toEqual([200, { status: 'degraded', checks: { postgres: 'ok', redis: 'down: Connection is closed.' } }]);
+    await degraded.close();
+    const both = app({ readiness: { postgres: () => Promise.reject(new Error('the database system is starting up')), redis: redisDown }, readinessOptional: ['redis'] });
+    const refused = await both.inject({ url: '/readyz' });
+    expect([refused.statusCode, refused.json().status]).toEqual([503, 'not ready']);
+    await both.close();
+  });
+
   it('keeps the network behind a service out of /readyz: addresses in a probe\'s error are replaced, and the log keeps them', async () => {
     const logs = captureLogs({ service: 'test' });
     const refused = () => Promise.reject(new Error('connect ECONNREFUSED 10.0.3.7:5432'));

@@ -307,3 +307,31 @@ describe('task-svc bulk import, a client gone silent and a full instance', () =>
     expect((await second()).status).toBe(200);
   });
 });
+
+describe('task-svc bulk import, a shutdown during an upload', () => {
+  it('ends the upload under way instead of waiting for it, leaving the job interrupted and resumable with its batches kept', async () => {
+    const svc = await buildTestService(infra, 'task-svc', (env) => buildService(taskService, loadConfig(TaskSvcConfig, env)), { IMPORT_BATCH_SIZE: '5' });
+    let closed = false;
+    try {
+      await svc.built.app.listen({ port: 0, host: '127.0.0.1' });
+      const baseUrl = `http://127.0.0.1:${(svc.built.app.server.address() as AddressInfo).port}`;
+      const projectId = randomUUID();
+      const owner = as.owner('own-1', projectId);
+      const importId = randomUUID();
+      const upload = streamingUpload(baseUrl, `/projects/${projectId}/tasks/import?importId=${importId}`, owner);
+      await upload.start();
+      // Ten lines: two batches committed; the client then keeps its upload open, sending nothing.
+      await upload.write(file(Array.from({ length: 10 }, (_, i) => line(`s${i}`))));
+      const job = async () => (await queryRows<{ status: string; created: string; owner: string | null }>(svc.databaseUrl, 'SELECT status, created, owner FROM imports WHERE import_id = $1', [importId]))[0];
+      await eventually(async () => expect(await job()).toMatchObject({ created: '10' }));
+      // Before, the close waited for the upload to end, which this client never does.
+      await svc.built.app.close();
+      await upload.answer.catch(() => undefined);
+      expect(await job()).toMatchObject({ status: 'interrupted', created: '10', owner: null });
+      await svc.close();
+      closed = true;
+    } finally {
+      if (!closed) await svc.close();
+    }
+  });
+});

@@ -97,6 +97,14 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
     });
 
     let running = 0;
+    // A shutdown ends the uploads under way as a dropped connection would: their committed batches
+    // stay, the job is left interrupted with its hold released, and the client resumes with the
+    // same importId (on another instance, or this one once it is back). Waiting for them instead
+    // would let a long file outlast the close budget while the consumer and the relay close.
+    const uploading = new Set<FastifyRequest>();
+    scope.addHook('preClose', async () => {
+      for (const request of uploading) request.raw.destroy(new Error('the service is shutting down'));
+    });
     scope.post('/projects/:projectId/tasks/import', { onRequest: admit }, async (request, reply: FastifyReply) => {
       const { projectId } = parseInput(ImportParams, request.params, 'path');
       const { importId } = parseInput(ImportQuery, request.query, 'query');
@@ -106,6 +114,7 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
         throw new HttpError(503, ImportErrors.IMPORT_BUSY, `this instance runs ${running} imports already; upload again in a moment with the same importId`);
       }
       running++;
+      uploading.add(request);
       const body = withIdleLimit((request.body ?? []) as AsyncIterable<Buffer | string>, config.IMPORT_IDLE_MS, () => request.raw.destroy());
       try {
         const job = await runImport(deps, { projectId, importId, createdBy: request.principal.subject, body, trace: requestTrace(request) });
@@ -121,6 +130,7 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
         throw new HttpError(statusFor[error.code], error.code, error.message);
       } finally {
         running--;
+        uploading.delete(request);
       }
     });
 

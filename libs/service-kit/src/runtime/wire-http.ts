@@ -22,6 +22,7 @@ export async function wireHttp<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceC
       ...authFromConfig(config, { redis, namespace: `lf:rl:${config.KAFKA_TOPIC_PREFIX}:${definition.name}`, logger, metrics }),
       ...(definition.publicRoutes ? { publicRoutes: ['/healthz', '/readyz', ...definition.publicRoutes] } : {}),
     },
+    readinessOptional: ['redis'],
     readiness: {
       postgres: () => pool.query('SELECT 1'),
       redis: () => redis.ping(),
