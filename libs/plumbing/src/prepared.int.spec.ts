@@ -7,10 +7,12 @@ const infra = inject('infra');
 
 describe('usePreparedStatements on a real PostgreSQL', () => {
   let pool: pg.Pool;
+  let url: string;
   let drop: () => Promise<void>;
   beforeAll(async () => {
     const db = await createTestDatabase(infra.pgUrl, uniqueName('prep'));
     drop = db.drop;
+    url = db.url;
     pool = usePreparedStatements(new pg.Pool({ connectionString: db.url, max: 2 }), { maxStatements: 2 });
     await pool.query('CREATE TABLE items (id text PRIMARY KEY, n int NOT NULL)');
   });
@@ -23,14 +25,17 @@ describe('usePreparedStatements on a real PostgreSQL', () => {
   const prepared = async (client: pg.PoolClient) => (await client.query<{ statement: string }>('SELECT statement FROM pg_prepared_statements ORDER BY prepare_time')).rows.map((r) => r.statement);
 
   it('prepares a parameterised statement once per connection and runs it again by name with new values', async () => {
-    const client = await pool.connect();
+    // A connection of its own, so that what it holds prepared is this test's alone.
+    const own = usePreparedStatements(new pg.Pool({ connectionString: url, max: 1 }), { maxStatements: 2 });
+    const client = await own.connect();
     try {
       await client.query('INSERT INTO items (id, n) VALUES ($1, $2)', ['a', 1]);
       await client.query('INSERT INTO items (id, n) VALUES ($1, $2)', ['b', 2]);
       expect(await prepared(client)).toEqual(['INSERT INTO items (id, n) VALUES ($1, $2)']);
-      expect((await client.query('SELECT id FROM items WHERE n >= $1 ORDER BY id', [1])).rows).toEqual([{ id: 'a' }, { id: 'b' }]);
+      expect((await client.query('SELECT id FROM items WHERE n BETWEEN $1 AND 2 ORDER BY id', [1])).rows).toEqual([{ id: 'a' }, { id: 'b' }]);
     } finally {
       client.release();
+      await own.end();
     }
   });
 
@@ -46,19 +51,30 @@ describe('usePreparedStatements on a real PostgreSQL', () => {
   });
 
   it('runs texts past its limit unnamed, with the same results', async () => {
-    // The first test named two texts already (the limit): a third runs as before, unprepared.
-    const text = 'SELECT count(*)::int AS n FROM items WHERE id <> $1';
-    expect((await pool.query(text, ['zzz'])).rows).toEqual([{ n: 2 }]);
-    const client = await pool.connect();
+    // A pool of its own, one connection: two texts reach the limit, a third runs as before, unprepared.
+    const own = usePreparedStatements(new pg.Pool({ connectionString: url, max: 1 }), { maxStatements: 2 });
     try {
-      expect(await prepared(client)).not.toContain(text);
+      await own.query('INSERT INTO items (id, n) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING', ['limit-1', 40]);
+      await own.query('SELECT n FROM items WHERE id = $1', ['limit-1']);
+      const text = 'SELECT count(*)::int AS n FROM items WHERE n = $1';
+      expect((await own.query(text, [40])).rows).toEqual([{ n: 1 }]);
+      const client = await own.connect();
+      try {
+        const named = await prepared(client);
+        expect(named).toHaveLength(2);
+        expect(named).not.toContain(text);
+      } finally {
+        client.release();
+      }
     } finally {
-      client.release();
+      await own.end();
     }
   });
 
   it('serves a named statement to pool.query with a callback as well as with a promise', async () => {
-    const rows = await new Promise<unknown[]>((resolve, reject) => pool.query('SELECT id FROM items WHERE n >= $1 ORDER BY id', [2], (error, result) => (error ? reject(error) : resolve(result.rows))));
-    expect(rows).toEqual([{ id: 'b' }]);
+    await pool.query('INSERT INTO items (id, n) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING', ['callback-1', 50]);
+    const rows = await new Promise<unknown[]>((resolve, reject) => pool.query('SELECT id FROM items WHERE n >= $1 ORDER BY id', [50], (error, result) => (error ? reject(error) : resolve(result.rows))));
+    expect(rows).toEqual([{ id: 'callback-1' }]);
+    expect((await pool.query('SELECT id FROM items WHERE n >= $1 ORDER BY id', [50])).rows).toEqual([{ id: 'callback-1' }]);
   });
 });

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { buildPrelabelProposed, type DomainEvent, type ProjectId, type TaskId } from '@labelflow/contracts';
 import { migrate, withTransaction } from '@labelflow/service-kit';
-import { freshDatabase, freshSnowflake } from '@labelflow/testing';
+import { eventually, freshDatabase, freshSnowflake } from '@labelflow/testing';
 import { loadLabelTasksForUpdate, saveLabelTasks } from '../labels/repository';
 import { evolve } from '../labels/state';
 import { migrations } from '../migrations';
@@ -22,11 +22,12 @@ describe('label-svc pre-label repository', () => {
     buildPrelabelProposed({ id: `p-${version}-${of}`, taskId, projectId: of, attempt, model: { name: 'cat-detector', version }, annotations: [{ label: 'cat', confidence: 0.8 }], occurredAt: '2030-01-01T00:00:00.000Z' });
 
   it('keeps one policy per project, the last one set, and answers null for a project without one', async () => {
-    expect(await loadPolicy(pool, projectId)).toBeNull();
-    await savePolicy(pool, { projectId, autoSubmit: true, minConfidence: 0.7, model: null }, 'manager-1');
-    const second = await savePolicy(pool, { projectId, autoSubmit: false, minConfidence: 0.9, model: { name: 'cat-detector', version: '2' } as never }, 'owner-1');
-    expect(second).toMatchObject({ projectId, autoSubmit: false, minConfidence: 0.9, model: { name: 'cat-detector', version: '2' }, updatedBy: 'owner-1' });
-    expect(await loadPolicy(pool, projectId)).toEqual(second);
+    const fresh = randomUUID() as ProjectId;
+    expect(await loadPolicy(pool, fresh)).toBeNull();
+    await savePolicy(pool, { projectId: fresh, autoSubmit: true, minConfidence: 0.7, model: null }, 'manager-1');
+    const second = await savePolicy(pool, { projectId: fresh, autoSubmit: false, minConfidence: 0.9, model: { name: 'cat-detector', version: '2' } as never }, 'owner-1');
+    expect(second).toMatchObject({ projectId: fresh, autoSubmit: false, minConfidence: 0.9, model: { name: 'cat-detector', version: '2' }, updatedBy: 'owner-1' });
+    expect(await loadPolicy(pool, fresh)).toEqual(second);
   });
 
   it('makes a policy change wait for a batch that decided under the old policy, so its answer means no later commit uses the old one', async () => {
@@ -45,7 +46,7 @@ describe('label-svc pre-label repository', () => {
     await batchLoaded;
     const change = savePolicy(pool, { projectId: project, autoSubmit: false, minConfidence: 0.7, model: null }, 'manager-1').then(() => void (changed = true));
     // The change waits on the batch's share lock until the batch ends.
-    await expect.poll(async () => (await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rows[0]?.n).toBe(1);
+    await eventually(async () => expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rows[0]?.n).toBe(1));
     expect(changed).toBe(false);
     release();
     await batch;
@@ -55,6 +56,7 @@ describe('label-svc pre-label repository', () => {
 
   it("loads the project's policy with a batch carrying proposals, and stores the batch's proposals without an assignment row", async () => {
     const taskId = freshSnowflake() as TaskId;
+    await savePolicy(pool, { projectId, autoSubmit: false, minConfidence: 0.9, model: null }, 'manager-1');
     const events = [proposal(taskId, 1, '1'), proposal(taskId, 1, '2')];
     await withTransaction(pool, async (tx) => {
       const states = await loadLabelTasksForUpdate(tx, [taskId], events);
