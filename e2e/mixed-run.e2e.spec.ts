@@ -34,6 +34,8 @@ describe('a mixed production run', () => {
     });
     await restarted;
     expect(summary.unexpected, JSON.stringify(summary.unexpected.slice(0, 5))).toEqual([]);
+    // No fault hits what the users call: not one 503 was sent again.
+    expect(summary.unavailable).toBe(0);
     for (const scenario of ['happy', 'reject', 'billing_fail', 'qa_timeout', 'cancel']) expect(summary.byScenario[scenario], scenario).toBeGreaterThan(0);
     // About 30% of every message on the four topics: thousands, never a token few.
     expect(summary.duplicated).toBeGreaterThan(1_000);

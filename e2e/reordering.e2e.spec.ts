@@ -4,7 +4,7 @@ import { EventId, ProjectId, TaskId, topicName, topicOf, TopicSchemas, type Even
 import { composeSnowflake, MAX_SEQUENCE, MAX_WORKER_ID } from '@labelflow/idgen';
 import { as, eventually, metricValue, produceRaw, queryRows, startStack, type TestStack } from '@labelflow/testing';
 import { auditStack, expectAuditClean } from './audit';
-import { annotatorOf, claim, createProject, createTask, review, reviewerOf, submitLabels, waitForStatus } from './saga';
+import { claim, createProject, createTask, review, submitLabels, waitForStatus } from './saga';
 
 /**
  * Events built by hand and produced raw, one at a time, each only once the previous one has been
@@ -236,10 +236,7 @@ describe('compensations that arrive before the event they compensate, and stale 
 
     // Attempt 2 runs normally, by another annotator, and is the one paid for.
     await claim(stack, taskId, 'ann-d2');
-    await eventually(async () => {
-      const res = await stack.http('label-svc', await annotatorOf(stack, taskId, 'ann-d2')).post(`/tasks/${taskId}/labels`, { annotatorId: 'ann-d2', attempt: 2, annotations: [{ label: 'cat', confidence: 0.95 }] });
-      expect(res.status, JSON.stringify(res.body)).toBe(201);
-    });
+    await submitLabels(stack, taskId, 'ann-d2', { annotatorId: 'ann-d2', attempt: 2, annotations: [{ label: 'cat', confidence: 0.95 }] });
     await decide(stack, taskId, { decision: 'approve', attempt: 2 });
     await waitForStatus(stack, taskId, 'completed');
     await stack.quiesce();
@@ -282,11 +279,7 @@ describe('compensations that arrive before the event they compensate, and stale 
   });
 });
 
-/** The reviewer's decision over HTTP, retried until qa-svc has opened the review (it answers 404 until then). */
+/** The reviewer's decision over HTTP, sent again only while qa-svc has not opened the review (404 REVIEW_NOT_FOUND). */
 async function decide(stack: TestStack, taskId: string, body: { decision: 'approve' | 'reject'; reason?: string; attempt?: number }): Promise<void> {
-  const qa = stack.http('qa-svc', await reviewerOf(stack, taskId));
-  await eventually(async () => {
-    const res = await qa.post(`/reviews/${taskId}`, body);
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
-  });
+  await review(stack, taskId, body.decision, body.reason, body.attempt);
 }

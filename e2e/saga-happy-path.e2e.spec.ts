@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { as, eventually, queryRows, startStack, tokenFor, type TestStack } from '@labelflow/testing';
 import { expectAuditClean } from './audit';
-import { claim, createProject, createTask, key, review, submitLabels, waitForStatus } from './saga';
+import { claim, createProject, createTask, key, pastNotYet, review, submitLabels, waitForStatus } from './saga';
 
 describe('the annotation saga on the happy path', () => {
   let stack: TestStack;
@@ -95,11 +95,9 @@ describe('the annotation saga on the happy path', () => {
     expect(stolen.body.error.code).toBe('TASK_NOT_CLAIMABLE');
 
     const labels = stack.http('label-svc', mallory);
-    await eventually(async () => {
-      const res = await labels.post<{ error: { code: string } }>(`/tasks/${taskId}/labels`, { annotatorId: 'mallory', annotations: [{ label: 'dog' }] });
-      expect(res.status).toBe(403);
-      expect(res.body.error.code).toBe('NOT_ASSIGNEE');
-    });
+    // Not yet (409 ASSIGNMENT_UNKNOWN) until label-svc has the claim; then refused for good.
+    const notHers = await pastNotYet(() => labels.post<{ error: { code: string } }>(`/tasks/${taskId}/labels`, { annotatorId: 'mallory', annotations: [{ label: 'dog' }] }, { prefer: 'wait=20' }), { status: 409, code: 'ASSIGNMENT_UNKNOWN' });
+    expect([notHers.status, notHers.body.error.code]).toEqual([403, 'NOT_ASSIGNEE']);
     const empty = await labels.as(as.annotator('alice', projectId)).post(`/tasks/${taskId}/labels`, { annotatorId: 'alice', annotations: [] });
     expect(empty.status).toBe(400);
   });

@@ -1,5 +1,5 @@
 import { expect } from 'vitest';
-import { as, eventually, type HttpResult, type TestIdentity, type TestStack } from '@labelflow/testing';
+import { as, eventually, GiveUp, type HttpResult, type TestIdentity, type TestStack } from '@labelflow/testing';
 
 /** A fresh Idempotency-Key for one operation (a retry of that operation would reuse it). */
 export const key = () => ({ 'idempotency-key': crypto.randomUUID() });
@@ -60,7 +60,7 @@ export async function claim(stack: TestStack, taskId: string, annotatorId: strin
  * `Prefer: wait` so the service answers once it arrives, and hands back the first other answer.
  * Only that documented answer is sent again, for at most a minute.
  */
-async function pastNotYet<T>(send: () => Promise<HttpResult<T>>, notYet: { status: number; code: string }): Promise<HttpResult<T>> {
+export async function pastNotYet<T>(send: () => Promise<HttpResult<T>>, notYet: { status: number; code: string }): Promise<HttpResult<T>> {
   const deadline = Date.now() + 60_000;
   for (;;) {
     const res = await send();
@@ -71,7 +71,7 @@ async function pastNotYet<T>(send: () => Promise<HttpResult<T>>, notYet: { statu
 }
 
 /** As `pastNotYet`, and anything that is not `ok`, a 5xx above all, fails the test at once. */
-async function untilAccepted(send: () => Promise<HttpResult>, ok: number, notYet: { status: number; code: string }): Promise<void> {
+export async function untilAccepted(send: () => Promise<HttpResult>, ok: number, notYet: { status: number; code: string }): Promise<void> {
   const res = await pastNotYet(send, notYet);
   if (res.status !== ok) throw new Error(`answered ${res.status}: ${JSON.stringify(res.body)}`);
 }
@@ -108,8 +108,10 @@ export async function review(stack: TestStack, taskId: string, decision: 'approv
   );
 }
 
+/** The task's status; any answer but 200 fails the test at once, also inside `eventually`. */
 export async function taskStatus(stack: TestStack, taskId: string): Promise<string> {
   const res = await stack.http('task-svc').get<{ status: string }>(`/tasks/${taskId}`);
+  if (res.status !== 200) throw new GiveUp(`GET /tasks/${taskId} answered ${res.status}: ${JSON.stringify(res.body)}`);
   return res.body.status;
 }
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { eventually, queryRows, readTopic, startStack, type TestStack } from '@labelflow/testing';
-import { annotatorOf, claim, createProject, createTask } from './saga';
+import { claim, createProject, createTask, submitLabels } from './saga';
 
 describe('W3C trace context', () => {
   let stack: TestStack;
@@ -16,10 +16,7 @@ describe('W3C trace context', () => {
     const projectId = await createProject(stack, 1_000, 100);
     const taskId = await createTask(stack, projectId);
     await claim(stack, taskId, 'annotator-t');
-    await eventually(async () => {
-      const res = await stack.http('label-svc', await annotatorOf(stack, taskId, 'annotator-t')).post(`/tasks/${taskId}/labels`, { annotatorId: 'annotator-t', annotations: [{ label: 'cat' }] }, { traceparent });
-      expect(res.status).toBe(201);
-    });
+    await submitLabels(stack, taskId, 'annotator-t', { annotatorId: 'annotator-t', annotations: [{ label: 'cat' }] }, { traceparent });
 
     const published = await readTopic(infra.kafkaBrokers, `${stack.prefix}.label-events`, (m) => m.some((x) => x.key?.toString() === taskId));
     const labelled = published.find((m) => m.key?.toString() === taskId);

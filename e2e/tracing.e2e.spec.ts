@@ -3,7 +3,7 @@ import { createServer, type Server } from 'node:http';
 import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { as, eventually, startStack, type TestStack } from '@labelflow/testing';
-import { createProject, key, REVIEWER } from './saga';
+import { createProject, key, REVIEWER, untilAccepted } from './saga';
 
 /** One span as an OTLP/HTTP JSON export carries it, flattened with its service's name. */
 interface ReceivedSpan {
@@ -97,14 +97,11 @@ describe('traces through a real OTLP receiver', () => {
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     const taskId = created.body.taskId;
     expect((await stack.http('task-svc', annotator).post(`/tasks/${taskId}/claim`, {}, traced)).status).toBe(200);
-    await eventually(async () => {
-      const res = await stack.http('label-svc', annotator).post(`/tasks/${taskId}/labels`, { annotations: [{ label: 'cat', confidence: 0.9 }] }, { ...key(), ...wait });
-      expect(res.status, JSON.stringify(res.body)).toBe(201);
-    }, { timeoutMs: 60_000 });
-    await eventually(async () => {
-      const res = await stack.http('qa-svc', as.reviewer(REVIEWER, projectId)).post(`/reviews/${taskId}`, { decision: 'approve' }, { ...key(), ...wait });
-      expect(res.status, JSON.stringify(res.body)).toBe(200);
-    }, { timeoutMs: 60_000 });
+    // One key per command, the same on each "not yet" retry; anything else fails at once.
+    const labelsKey = key();
+    await untilAccepted(() => stack.http('label-svc', annotator).post(`/tasks/${taskId}/labels`, { annotations: [{ label: 'cat', confidence: 0.9 }] }, { ...labelsKey, ...wait }), 201, { status: 409, code: 'ASSIGNMENT_UNKNOWN' });
+    const reviewKey = key();
+    await untilAccepted(() => stack.http('qa-svc', as.reviewer(REVIEWER, projectId)).post(`/reviews/${taskId}`, { decision: 'approve' }, { ...reviewKey, ...wait }), 200, { status: 404, code: 'REVIEW_NOT_FOUND' });
     await eventually(async () => {
       const res = await stack.http('task-svc').get<{ status: string }>(`/tasks/${taskId}`, traced);
       expect(res.body.status).toBe('completed');

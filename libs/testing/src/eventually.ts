@@ -1,5 +1,13 @@
 /**
- * Polls `probe` until it stops throwing and returns its value. This waits for a condition to
+ * Thrown by a probe to end the wait at once: an answer no amount of waiting makes right (a 5xx, a
+ * refusal), which a retry would otherwise hide until the condition happened to hold.
+ */
+export class GiveUp extends Error {
+  override readonly name = 'GiveUp';
+}
+
+/**
+ * Polls `probe` until it stops throwing (or throws GiveUp) and returns its value. This waits for a condition to
  * become true (an event to be consumed), never for a fixed time: on timeout the last failure is
  * rethrown so the test says what never happened.
  */
@@ -15,6 +23,7 @@ export async function eventually<T>(probe: () => Promise<T> | T, { timeoutMs = 3
     try {
       return await Promise.race([Promise.resolve().then(probe), overdue]);
     } catch (error) {
+      if (error instanceof GiveUp) throw error;
       lastError = error;
     } finally {
       clearTimeout(timer);

@@ -60,6 +60,7 @@ async function sagas(o: ProduceOptions): Promise<boolean> {
   duplicated   ${summary.duplicated} Kafka messages delivered twice
   http/step    ${summary.requestsPerStep.toFixed(2)} (${Object.entries(summary.byStep).map(([step, t]) => `${step} ${(t.requests / t.steps).toFixed(2)}`).join(', ')})
   rate-limited ${summary.rateLimited} answers 429, waited out (included in http/step)
+  unavailable  ${summary.unavailable} answers 503, sent again (a service's dependency was away)
   users        ${summary.cast.admin} (platform admin), ${summary.cast.managers} managers, ${summary.cast.annotators} annotators, ${summary.cast.reviewers} reviewers`);
   for (const u of summary.unexpected.slice(0, 10)) console.log(`  unexpected: ${u.scenario} ended ${u.outcome}${u.taskId ? ` (task ${u.taskId})` : ''}${u.error ? `: ${u.error}` : ''}`);
   return summary.unexpected.length === 0;

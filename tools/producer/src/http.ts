@@ -19,6 +19,8 @@ export interface ClientOptions {
   readonly onRequest?: () => void;
   /** Called for every 429 RATE_LIMITED answer (each is waited out and the request sent again). */
   readonly onRateLimited?: () => void;
+  /** Called for every 503 sent again: a dependency was away. Counted, so a run without faults can insist on none. */
+  readonly onUnavailable?: () => void;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -65,7 +67,7 @@ function exchange(url: string, method: string, headers: Record<string, string>, 
  * requests do not all come back in the same instant), for up to `rateLimitWaitMs`, without
  * spending a retry.
  */
-export function client(baseUrl: string, { timeoutMs = 10_000, retries = 5, authorization, rateLimitWaitMs = 120_000, onRequest, onRateLimited }: ClientOptions = {}): Call {
+export function client(baseUrl: string, { timeoutMs = 10_000, retries = 5, authorization, rateLimitWaitMs = 120_000, onRequest, onRateLimited, onUnavailable }: ClientOptions = {}): Call {
   return async <T>(method: 'GET' | 'POST', path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Reply<T>> => {
     const key = method === 'POST' ? crypto.randomUUID() : undefined;
     let limitedMs = 0;
@@ -94,6 +96,7 @@ export function client(baseUrl: string, { timeoutMs = 10_000, retries = 5, autho
         // 503: a dependency is briefly away. 409 IDEMPOTENCY_KEY_IN_FLIGHT: an earlier try with this
         // key is still running. Both say when to come back; the same request, same key, will be answered.
         if ((response.status === 503 || (response.status === 409 && errorCode(parsed) === 'IDEMPOTENCY_KEY_IN_FLIGHT')) && attempt < retries) {
+          if (response.status === 503) onUnavailable?.();
           attempt++;
           await sleep(retryAfterMs(response));
           continue;

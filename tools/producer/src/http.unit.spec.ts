@@ -37,6 +37,17 @@ describe('the producer client', () => {
     expect(server.seen.every((h) => h.authorization === 'Bearer a.b.c')).toBe(true);
   });
 
+  it('sends a 503 again with the same Idempotency-Key, spending a retry, and counts it', async () => {
+    const unavailableAnswer = { status: 503, body: { error: { code: 'SERVICE_UNAVAILABLE', message: 'database unavailable' } }, headers: { 'retry-after': '0' } };
+    const server = await serve([unavailableAnswer, { status: 201, body: { ok: true } }]);
+    close = server.close;
+    let unavailable = 0;
+    const call = client(server.url, { retries: 1, authorization: () => 'Bearer a.b.c', onUnavailable: () => unavailable++ });
+    expect(await call('POST', '/tasks', { title: 'x' })).toEqual({ status: 201, body: { ok: true } });
+    expect(unavailable).toBe(1);
+    expect(new Set(server.seen.map((h) => h['idempotency-key'])).size).toBe(1);
+  });
+
   it('gives the 429 back once it has waited rateLimitWaitMs, even when Retry-After is 0 and the jitter draws 0', async () => {
     const server = await serve([limited]);
     close = server.close;

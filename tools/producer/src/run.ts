@@ -49,6 +49,8 @@ export interface ProductionSummary {
   readonly byStep: Readonly<Partial<Record<Step, StepTally>>>;
   /** 429 RATE_LIMITED answers the scenarios got (each waited out and sent again; included in the requests). */
   readonly rateLimited: number;
+  /** 503 answers the scenarios got and sent again (a dependency of a service was away): 0 in a run without faults. */
+  readonly unavailable: number;
   /** Who took part: the subjects of the admin, managers, annotators and reviewers. */
   readonly cast: { readonly admin: string; readonly managers: number; readonly annotators: number; readonly reviewers: number };
   readonly projectId: string;
@@ -87,9 +89,10 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
   const reviewers = o.reviewers ?? DEFAULT_REVIEWERS;
   if (!(o.annotators >= 1 && managers >= 1 && reviewers >= 1)) throw new Error('a run needs at least one annotator, one manager and one reviewer');
   let rateLimited = 0;
+  let unavailable = 0;
   // A long poll lasts up to waitS: the request timeout must outlast it, or each one is cut and retried.
   const services = (actor: Actor, onRequest?: () => void): Services => {
-    const options = { timeoutMs: waitS * 1000 + 10_000, authorization: actor.authorization, onRequest, onRateLimited: () => rateLimited++ };
+    const options = { timeoutMs: waitS * 1000 + 10_000, authorization: actor.authorization, onRequest, onRateLimited: () => rateLimited++, onUnavailable: () => unavailable++ };
     return { task: client(o.urls.task, options), label: client(o.urls.label, options), qa: client(o.urls.qa, options), billing: client(o.urls.billing, options) };
   };
   const signer = o.signer ?? (await devSigner());
@@ -159,6 +162,7 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
     requestsPerStep: totals.steps === 0 ? 0 : totals.requests / totals.steps,
     byStep,
     rateLimited,
+    unavailable,
     cast: { admin: admin.subject, managers, annotators: o.annotators, reviewers },
     projectId,
     runs,
