@@ -1,10 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { dropDatabase, eventually, httpClient, repoRoot, serviceNames, uniqueName } from '@labelflow/testing';
+import { dropDatabase, eventually, httpClient, repoRoot, serviceNames, spareBase, uniqueName } from '@labelflow/testing';
 
 /** True while a process with this pid exists (a zombie counts as gone for our purposes: it is reaped by its parent). */
 const alive = (pid: number): boolean => {
@@ -15,38 +14,6 @@ const alive = (pid: number): boolean => {
     return false;
   }
 };
-
-const portFree = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const server = createServer();
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
-
-/**
- * The lowest port the kernel hands out on its own, to outgoing connections and to `listen(0)`.
- * start.sh binds its ports long after they were found free; below this bound nothing else in the
- * test run (the other worker's connections, in-process servers on port 0) can take them meanwhile.
- */
-function ephemeralLow(): number {
-  try {
-    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
-    return Number.isInteger(low) && low > 20_100 ? low : 32_768;
-  } catch {
-    return 32_768;
-  }
-}
-
-/** Five consecutive free ports (the services, then the saga monitor) well away from 3001-3005 (the stack `npm start` runs by default). */
-async function spareBase(): Promise<number> {
-  const span = ephemeralLow() - 20_000 - 5;
-  for (let tries = 0; tries < 50; tries++) {
-    const base = 20_000 + Math.floor(Math.random() * span);
-    const free = await Promise.all([0, 1, 2, 3, 4].map((i) => portFree(base + i)));
-    if (free.every(Boolean)) return base;
-  }
-  throw new Error('no five consecutive free ports found');
-}
 
 /** The output of a running process, and a way to wait until some of it has appeared. */
 function watch(child: ChildProcess) {
@@ -102,7 +69,7 @@ describe('npm start (scripts/start.sh)', () => {
     expect(statSync(join(repoRoot, 'node_modules/.package-lock.json')).mtimeMs, 'node_modules is older than package-lock.json: run npm ci first').toBeGreaterThanOrEqual(
       statSync(join(repoRoot, 'package-lock.json')).mtimeMs,
     );
-    const base = await spareBase();
+    const base = await spareBase(5);
     const port = Object.fromEntries(serviceNames.map((name, i) => [name, base + i])) as Record<(typeof serviceNames)[number], number>;
     const kafka = new URL(`kafka://${infra.kafkaBrokers.split(',')[0]!}`);
     const pg = new URL(infra.pgUrl);

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,18 +8,45 @@ import { repoRoot } from './infra';
 
 const run = promisify(execFile);
 
-/** A port nobody listens on right now (the kernel picks it). */
-export async function sparePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+const portFree = (port: number) =>
+  new Promise<boolean>((resolve) => {
     const server = createServer();
     server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
+
+/**
+ * The lowest port the kernel hands out on its own, to outgoing connections and to `listen(0)`.
+ * A server started by a script binds its port long after the port was found free, and stops and
+ * starts again on it; below this bound nothing else in the test run (the other worker's
+ * connections, in-process servers on port 0) can take it meanwhile.
+ */
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 20_100 ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
 }
+
+/**
+ * `count` consecutive ports nobody listens on right now, between 20000 and the kernel's ephemeral
+ * range (see ephemeralLow), well away from 3001-3005 (the stack `npm start` runs by default).
+ */
+export async function spareBase(count = 1): Promise<number> {
+  const span = ephemeralLow() - 20_000 - count;
+  for (let tries = 0; tries < 50; tries++) {
+    const base = 20_000 + Math.floor(Math.random() * span);
+    const free = await Promise.all(Array.from({ length: count }, (_, i) => portFree(base + i)));
+    if (free.every(Boolean)) return base;
+  }
+  throw new Error(`no ${count} consecutive free ports found below the ephemeral range`);
+}
+
+/** A port nobody listens on right now, outside the range the kernel hands out on its own. */
+export const sparePort = (): Promise<number> => spareBase(1);
 
 /**
  * A private server on a spare port, for tests that stop, crash or flush it: the machine's shared
