@@ -5,6 +5,25 @@ import { autovacuumRuns, tablesDue, upkeepTables } from './table-upkeep';
 
 const infra = inject('infra');
 
+/**
+ * busy: 200 rows never analyzed, past autovacuum's threshold (50 changed rows); quiet (optional):
+ * 20, below it; churned: analyzed at 1,000 rows, for a test to delete from. Where the server's
+ * autovacuum runs, it must not visit them behind the test's back.
+ */
+async function createTables(pool: Pool, { quiet }: { readonly quiet: boolean }): Promise<void> {
+  for (const table of ['busy', ...(quiet ? ['quiet'] : []), 'churned']) await pool.query(`CREATE TABLE ${table} (id text PRIMARY KEY, n int NOT NULL) WITH (autovacuum_enabled = false)`);
+  await pool.query(`INSERT INTO busy SELECT g::text, g FROM generate_series(1, 200) g`);
+  if (quiet) await pool.query(`INSERT INTO quiet SELECT g::text, g FROM generate_series(1, 20) g`);
+  await pool.query(`INSERT INTO churned SELECT g::text, g FROM generate_series(1, 1000) g`);
+  // The insert's counts reach the statistics views late; an ANALYZE before them would see them
+  // added after its reset.
+  await eventually(async () => {
+    const [row] = (await pool.query<{ changed: string }>(`SELECT n_mod_since_analyze AS changed FROM pg_stat_user_tables WHERE relname = 'churned'`)).rows;
+    expect(Number(row?.changed)).toBe(1000);
+  });
+  await pool.query('ANALYZE churned');
+}
+
 describe('doing autovacuum’s work on a service’s tables when the server does not', () => {
   let pool: Pool;
   let drop: () => Promise<void>;
@@ -15,20 +34,7 @@ describe('doing autovacuum’s work on a service’s tables when the server does
     const db = await createTestDatabase(infra.pgUrl, uniqueName('upkeep'));
     drop = db.drop;
     pool = createPool(db.url, { max: 2, refuseNestedConnections: true });
-    // Where the server's autovacuum runs, it must not visit these tables behind the test's back.
-    for (const table of ['busy', 'quiet', 'churned']) await pool.query(`CREATE TABLE ${table} (id text PRIMARY KEY, n int NOT NULL) WITH (autovacuum_enabled = false)`);
-    // Past autovacuum's threshold for a table never analyzed (50 changed rows) and below it.
-    await pool.query(`INSERT INTO busy SELECT g::text, g FROM generate_series(1, 200) g`);
-    await pool.query(`INSERT INTO quiet SELECT g::text, g FROM generate_series(1, 20) g`);
-    // Analyzed at 1,000 rows, then 600 deleted: dead rows past 50 + 20 %.
-    await pool.query(`INSERT INTO churned SELECT g::text, g FROM generate_series(1, 1000) g`);
-    // The insert's counts reach the statistics views late; an ANALYZE before them would see them
-    // added after its reset.
-    await eventually(async () => {
-      const [row] = (await pool.query<{ changed: string }>(`SELECT n_mod_since_analyze AS changed FROM pg_stat_user_tables WHERE relname = 'churned'`)).rows;
-      expect(Number(row?.changed)).toBe(1000);
-    });
-    await pool.query('ANALYZE churned');
+    await createTables(pool, { quiet: true });
   });
   afterAll(async () => {
     await pool?.end();
@@ -83,14 +89,7 @@ describe('the upkeep round on a server whose autovacuum the test turns off and o
   beforeAll(async () => {
     server = await startPrivatePostgres();
     pool = createPool(`${server.url}/postgres`, { max: 2 });
-    for (const table of ['busy', 'churned']) await pool.query(`CREATE TABLE ${table} (id text PRIMARY KEY, n int NOT NULL) WITH (autovacuum_enabled = false)`);
-    await pool.query(`INSERT INTO busy SELECT g::text, g FROM generate_series(1, 200) g`);
-    await pool.query(`INSERT INTO churned SELECT g::text, g FROM generate_series(1, 1000) g`);
-    await eventually(async () => {
-      const [row] = (await pool.query<{ changed: string }>(`SELECT n_mod_since_analyze AS changed FROM pg_stat_user_tables WHERE relname = 'churned'`)).rows;
-      expect(Number(row?.changed)).toBe(1000);
-    });
-    await pool.query('ANALYZE churned');
+    await createTables(pool, { quiet: false });
     await pool.query(`DELETE FROM churned WHERE n <= 600`);
     // Both due once the statistics views have the counts: busy never analyzed, churned past its dead-row threshold.
     await eventually(async () => expect((await due()).sort((a, b) => (a.table < b.table ? -1 : 1))).toEqual([{ table: 'public.busy', vacuum: false }, { table: 'public.churned', vacuum: true }]));
