@@ -11,15 +11,22 @@ export interface RecentKeysOptions {
  * consumer's hot path, so the hashing is a few integer operations per character, not a 64-bit
  * hash emulated in JavaScript.
  */
+/** Bits and probes per key for `capacity` keys at `errorRate`: the filter's sizing, and what the config check bounds. */
+export function bloomSize(capacity: number, errorRate: number): { readonly bits: number; readonly hashes: number } {
+  const n = Math.max(1, capacity);
+  const bits = Math.max(32, Math.ceil((-n * Math.log(errorRate)) / Math.LN2 ** 2));
+  return { bits, hashes: Math.max(1, Math.round((bits / n) * Math.LN2)) };
+}
+
 export class BloomFilter {
   private readonly words: Uint32Array;
   private readonly m: number;
   private readonly k: number;
 
   constructor(capacity: number, errorRate: number) {
-    const n = Math.max(1, capacity);
-    this.m = Math.max(32, Math.ceil((-n * Math.log(errorRate)) / Math.LN2 ** 2));
-    this.k = Math.max(1, Math.round((this.m / n) * Math.LN2));
+    const { bits, hashes } = bloomSize(capacity, errorRate);
+    this.m = bits;
+    this.k = hashes;
     this.words = new Uint32Array(Math.ceil(this.m / 32));
   }
 

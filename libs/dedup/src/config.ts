@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { bloomSize } from './bloom';
 
 const DAY = 24 * 3600_000;
 const ms = (min: number, max: number, fallback: number) => z.coerce.number().int().min(min).max(max).default(fallback);
@@ -22,7 +23,7 @@ export const DedupConfigShape = {
 export const MAX_BLOOM_BYTES = 256 * 1024 * 1024;
 
 /** What one generation of `capacity` keys at `errorRate` takes, in bytes (the sizing of BloomFilter). */
-export const bloomBytes = (capacity: number, errorRate: number): number => Math.ceil(Math.max(32, Math.ceil((-Math.max(1, capacity) * Math.log(errorRate)) / Math.LN2 ** 2)) / 32) * 4;
+export const bloomBytes = (capacity: number, errorRate: number): number => Math.ceil(bloomSize(capacity, errorRate).bits / 32) * 4;
 
 /** The Bloom generation's size, checked before a service allocates it: an over-large one would fail at start naming no variable. */
 export const bloomConfigProblems = (c: { DEDUP_BLOOM_CAPACITY: number; DEDUP_BLOOM_ERROR_RATE: number }): string[] => {
