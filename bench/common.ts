@@ -2,6 +2,8 @@
 // ends (a missed target never fails the run; a bench that could not run at all does).
 import { readFileSync } from 'node:fs';
 import type { Consumer } from 'kafkajs';
+import os from 'node:os';
+import { INFRA, infraMsBetween, infraTicks, type Infra, type InfraTargets } from './proc';
 
 export function positiveInt(name: string, raw: string | undefined): number {
   const n = Number(raw);
@@ -69,6 +71,8 @@ export interface Timed {
   /** Share of all cores busy over `ms`, 0..1 (every process on the machine). */
   readonly machineBusy: number;
   readonly windowUs: readonly [number, number];
+  /** CPU ms over `ms` of the local PostgreSQL (every backend), Kafka broker and Redis, where found. */
+  readonly infraMs: Partial<Record<Infra, number>>;
 }
 
 /** A monotonic clock in µs, to line a consumer's window up with other processes' samples. */
@@ -78,11 +82,22 @@ export const monoUs = (): number => Number(process.hrtime.bigint() / 1000n);
  * Runs `start`, takes t0 when the consumer joins its group, and resolves once `done()` says so
  * (polled every 5 ms) or throws after `timeoutMs`.
  */
-export async function timeConsumer(timeoutMs: number, consumer: Consumer, start: () => Promise<void>, done: () => Promise<boolean>, what: string, endedAt?: () => number | undefined): Promise<Timed> {
+export async function timeConsumer(
+  timeoutMs: number,
+  consumer: Consumer,
+  start: () => Promise<void>,
+  done: () => Promise<boolean>,
+  what: string,
+  endedAt?: () => number | undefined,
+  infra: InfraTargets = {},
+): Promise<Timed> {
   const called = performance.now();
-  let joined: { at: number; cpu: NodeJS.CpuUsage; machine: ReturnType<typeof machineCpu>; mono: number } | undefined;
+  let joined: { at: number; cpu: NodeJS.CpuUsage; machine: ReturnType<typeof machineCpu>; mono: number; infra: ReturnType<typeof infraTicks> } | undefined;
   const off = consumer.on(consumer.events.GROUP_JOIN, () => {
-    joined ??= { at: performance.now(), cpu: process.cpuUsage(), machine: machineCpu(), mono: monoUs() };
+    if (joined) return;
+    // /proc first: reading it takes milliseconds, which must not count in the window.
+    const before = infraTicks(infra);
+    joined = { infra: before, machine: machineCpu(), at: performance.now(), cpu: process.cpuUsage(), mono: monoUs() };
   });
   try {
     await start();
@@ -99,11 +114,76 @@ export async function timeConsumer(timeoutMs: number, consumer: Consumer, start:
   if (!joined) throw new Error(`${what}: finished without a group join event`);
   const cpu = process.cpuUsage(joined.cpu);
   const m = machineCpu();
+  const infraMs = infraMsBetween(joined.infra, infraTicks(infra));
   return {
     ms: end - joined.at,
     joinMs: joined.at - called,
     nodeCpuUs: cpu.user + cpu.system,
     machineBusy: (m.busy - joined.machine.busy) / Math.max(1, m.total - joined.machine.total),
     windowUs: [joined.mono, monoUs()],
+    infraMs,
   };
+}
+
+/** The infrastructure's CPU per item over a window, e.g. "postgres 21.3 + kafka 2.0 + redis 1.9 µs/event". */
+export function fmtInfra(ms: Partial<Record<Infra, number>>, items: number, unit: string): string {
+  const parts = INFRA.filter((k) => ms[k] !== undefined).map((k) => `${k} ${(((ms[k] ?? 0) * 1000) / items).toFixed(1)}`);
+  return parts.length === 0 ? '' : `${parts.join(' + ')} µs/${unit}`;
+}
+/** The infrastructure's CPU µs per item over a window, every part found summed; NaN when none was. */
+export function medianInfra(xs: readonly Partial<Record<Infra, number>>[]): Partial<Record<Infra, number>> {
+  const out: Partial<Record<Infra, number>> = {};
+  for (const k of INFRA) {
+    const vals = xs.map((x) => x[k]).filter((v): v is number => v !== undefined);
+    if (vals.length > 0) out[k] = median(vals);
+  }
+  return out;
+}
+export function infraUsPer(ms: Partial<Record<Infra, number>>, items: number): number {
+  const found = INFRA.filter((k) => ms[k] !== undefined);
+  return found.length === 0 ? NaN : (found.reduce((sum, k) => sum + (ms[k] ?? 0), 0) * 1000) / items;
+}
+
+
+/**
+ * What the machine's cores allow a consumer, from the CPU it and the infrastructure spent per
+ * event (an upper bound: it assumes every core busy with nothing else). `atRawNodeCost` is the
+ * bound for a service that cost no more Node CPU than the raw consumer: a target above it is out of
+ * reach on this machine whatever the service's code does.
+ */
+export interface CpuFloor {
+  readonly cores: number;
+  readonly nodeUsPerEvent: number;
+  readonly infraUsPerEvent: number;
+  readonly infraMsPerRun: Partial<Record<Infra, number>>;
+  readonly rawNodeUsPerEvent: number;
+  /** events/s the cores allow at the contender's measured CPU per event (Node + infrastructure). */
+  readonly atMeasuredCost: number;
+  /** events/s the cores allow at the infrastructure's measured cost plus the raw consumer's Node CPU. */
+  readonly atRawNodeCost: number;
+}
+
+export function cpuFloor(contender: readonly Timed[], raw: readonly Timed[], eventsPerRun: number): CpuFloor {
+  const cores = os.cpus().length;
+  const nodeUsPerEvent = median(contender.map((t) => t.nodeCpuUs / eventsPerRun));
+  const infraUsPerEvent = median(contender.map((t) => infraUsPer(t.infraMs, eventsPerRun)));
+  const rawNodeUsPerEvent = median(raw.map((t) => t.nodeCpuUs / eventsPerRun));
+  return {
+    cores,
+    nodeUsPerEvent,
+    infraUsPerEvent,
+    infraMsPerRun: medianInfra(contender.map((t) => t.infraMs)),
+    rawNodeUsPerEvent,
+    atMeasuredCost: (cores * 1e6) / (infraUsPerEvent + nodeUsPerEvent),
+    atRawNodeCost: (cores * 1e6) / (infraUsPerEvent + rawNodeUsPerEvent),
+  };
+}
+
+export function describeFloor(f: CpuFloor, rawEventsPerSec: number, eventsPerRun: number): string {
+  const x = (n: number) => (Number.isFinite(n) ? `${n.toFixed(2)}x` : 'n/a');
+  return (
+    `CPU FLOOR per event: node ${f.nodeUsPerEvent.toFixed(1)} µs + infrastructure ${f.infraUsPerEvent.toFixed(1)} µs (${fmtInfra(f.infraMsPerRun, eventsPerRun, 'event')}). ` +
+    `${f.cores} cores allow at most ${fmtRate(f.atMeasuredCost)} events/s at that cost (${x(f.atMeasuredCost / rawEventsPerSec)} raw); ` +
+    `a service no dearer than the raw consumer (${f.rawNodeUsPerEvent.toFixed(1)} µs) would still be held to ${fmtRate(f.atRawNodeCost)} events/s (${x(f.atRawNodeCost / rawEventsPerSec)} raw).`
+  );
 }

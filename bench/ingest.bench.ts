@@ -37,9 +37,10 @@ import { labelService } from '../apps/label-svc/src/service';
 import { migrations as taskMigrations } from '../apps/task-svc/src/migrations';
 import { importFileChunks, importLines, planImportFile, type ImportFileOptions } from '../tools/producer/src/ndjson';
 import { checkImportSummary, uploadImport, UploadKind, type ImportSummary } from '../tools/producer/src/upload';
-import { fmtRate, median, percentile, positiveInt, redactUrl, runBench, timeConsumer, type Timed } from './common';
+import { cpuFloor, describeFloor, fmtInfra, fmtRate, median, percentile, positiveInt, redactUrl, runBench, timeConsumer, type Timed } from './common';
+import { findInfra, type InfraTargets } from './proc';
 import { runCeiling, type CeilingRun } from './ingest/ceiling';
-import { CpuColumn, cpuTargets, withCpu, type CpuTargets } from './ingest/cpu';
+import { CpuColumn, cpuColumnsFound, cpuTargets, withCpu, type CpuTargets } from './ingest/cpu';
 import { sampleRss, type RssSeries } from './ingest/rss';
 import { prepareStrategies, runStrategy, seedFigures, Strategy, strategyLabels, strategyWorkload, type StrategyRun } from './ingest/strategies';
 
@@ -134,6 +135,8 @@ interface Env {
   readonly createdDbs: string[];
   readonly createdGroups: string[];
   readonly createdTopics: string[];
+  /** The local PostgreSQL, broker and Redis, whose CPU the pre-label windows are charged. */
+  readonly infra: InfraTargets;
 }
 
 // ---------------------------------------------------------------- import: endpoint vs ceiling
@@ -313,6 +316,7 @@ async function runRawConsumer(env: Env, work: PrelabelWork, tag: string): Promis
       async () => seen >= work.total,
       `raw ${tag}`,
       () => last,
+      env.infra,
     );
   } finally {
     await consumer.disconnect();
@@ -354,7 +358,7 @@ async function runLabelSvc(env: Env, work: PrelabelWork, tag: string): Promise<L
       }
       return { total, out };
     };
-    const timed = await timeConsumer(TIMEOUT_MS, built.consumer.consumer, () => built.consumer.start(), async () => (await consumed()).total >= work.total, `label-svc ${tag}`);
+    const timed = await timeConsumer(TIMEOUT_MS, built.consumer.consumer, () => built.consumer.start(), async () => (await consumed()).total >= work.total, `label-svc ${tag}`, undefined, env.infra);
     await built.consumer.close();
     const outcomes = (await consumed()).out;
     const problems: string[] = [];
@@ -404,7 +408,8 @@ async function main(): Promise<number> {
     },
   });
   const logger = createLogger({ service: 'bench-ingest', level: LOG_LEVEL, destination });
-  const env: Env = { logger, pgAdmin, redis, admin, kafka, createdDbs: [], createdGroups: [], createdTopics: [] };
+  const found = findInfra({ pgUrl: PG_URL, brokers: BROKERS, redisUrl: REDIS_URL });
+  const env: Env = { logger, pgAdmin, redis, admin, kafka, createdDbs: [], createdGroups: [], createdTopics: [], infra: found.targets };
   const problems: string[] = [];
   let failed: string | undefined;
   let task: ServiceProcess | undefined;
@@ -451,7 +456,7 @@ async function main(): Promise<number> {
       task = await startTaskSvc(env);
       taskDb = new pg.Pool({ connectionString: dbUrl(`${DB_PREFIX}_task`), max: 1 });
       cpuFound = cpuTargets(task.child.pid, PG_URL, BROKERS);
-      progress(`task-svc pid ${task.child.pid} at ${task.url}; CPU accounted for ${Object.entries(cpuFound).filter(([, t]) => t !== undefined).map(([k]) => CpuColumn[k as keyof typeof CpuColumn]).join(', ')}, this process and the rest of the machine`);
+      progress(`task-svc pid ${task.child.pid} at ${task.url}; CPU accounted for ${cpuColumnsFound(cpuFound).map((k) => CpuColumn[k]).join(', ')}, this process and the rest of the machine`);
     }
     if (runs('import') && task && taskDb) {
       const ceilingDb = `${DB_PREFIX}_ceiling`;
@@ -519,7 +524,7 @@ async function main(): Promise<number> {
           problems.push(...label.problems.map((p) => `prelabels round ${round - 1}: ${p}`));
           prelabelRounds.push({ raw, label, ratio: raw.ms / label.timed.ms, work });
         }
-        progress(`  prelabels round ${round}${round === 1 ? ' (warm-up)' : ''}: raw ${fmtRate((work.total / raw.ms) * 1000)} events/s, label-svc ${fmtRate((work.total / label.timed.ms) * 1000)} events/s ${JSON.stringify(label.outcomes)}`);
+        progress(`  prelabels round ${round}${round === 1 ? ' (warm-up)' : ''}: raw ${fmtRate((work.total / raw.ms) * 1000)} events/s, label-svc ${fmtRate((work.total / label.timed.ms) * 1000)} events/s ${JSON.stringify(label.outcomes)}; node ${(label.timed.nodeCpuUs / work.total).toFixed(1)} µs + ${fmtInfra(label.timed.infraMs, work.total, 'event')}`);
       }
     }
   } catch (error) {
@@ -616,6 +621,9 @@ async function main(): Promise<number> {
   if (importRounds.length > 0) console.log(`RATIO import endpoint ÷ ceiling: ${fmtX(importRatio)} (target ≥ ${IMPORT_TARGET}x) → ${importRatio >= IMPORT_TARGET ? 'PASS' : 'MISS'}  [per round: ${importRounds.map((r) => r.ratio.toFixed(3)).join(', ')}]`);
   if (rss) console.log(`RSS peak ${mb(rss.series.peak)} (target < 300 MB) → ${rss.series.peak < RSS_TARGET_BYTES ? 'PASS' : 'MISS'}`);
   if (prelabelRounds.length > 0) console.log(`RATIO pre-label ingest ÷ raw: ${fmtX(prelabelRatio)} (target ≥ ${PRELABEL_TARGET}x) → ${prelabelRatio >= PRELABEL_TARGET ? 'PASS' : 'MISS'}  [per round: ${prelabelRounds.map((r) => r.ratio.toFixed(3)).join(', ')}]`);
+  // The raw consumer's infrastructure share is only the broker's; label-svc's window has all three.
+  const prelabelFloor = prelabelRounds.length > 0 ? cpuFloor(prelabelRounds.map((r) => r.label.timed), prelabelRounds.map((r) => r.raw), prelabelRounds[0]?.work.total ?? 1) : undefined;
+  if (prelabelFloor && Number.isFinite(prelabelFloor.infraUsPerEvent)) console.log(`pre-label ${describeFloor(prelabelFloor, median(prelabelRounds.map((r) => (r.work.total / r.raw.ms) * 1000)), prelabelRounds[0]?.work.total ?? 1)}`);
   if (failed) console.log(`NOTE the run stopped early: ${failed}`);
   if (eosWarnings > 0) progress(`note: kafkajs warned ${eosWarnings} times "Limiting retries for the idempotent producer may invalidate EoS guarantees" (createKafka sets retries: 8; not printed)`);
   if (problems.length > 0) console.log(`\n!!! CORRECTNESS FAILURE (${problems.length} problem(s)); the numbers of those contenders are not valid:\n  ${problems.join('\n  ')}`);
@@ -647,6 +655,7 @@ async function main(): Promise<number> {
           importRatio: { value: importRatio, target: IMPORT_TARGET, met: importRatio >= IMPORT_TARGET },
           rssPeakBytes: rss?.series.peak ?? null,
           prelabelRatio: { value: prelabelRatio, target: PRELABEL_TARGET, met: prelabelRatio >= PRELABEL_TARGET },
+          prelabelCpuFloor: prelabelFloor ?? null,
           correct: problems.length === 0,
           problems,
           ...(failed ? { stoppedEarly: failed } : {}),

@@ -50,7 +50,8 @@ import { authEnv } from '@labelflow/testing';
 import { QaSvcConfig } from '../apps/qa-svc/src/config';
 import { migrations as qaMigrations } from '../apps/qa-svc/src/migrations';
 import { reviewConsumer } from '../apps/qa-svc/src/reviews/reactions';
-import { fmtRate, machineCpu, median, positiveInt, redactUrl, runBench, sleep, monoUs, timeConsumer, type Timed } from './common';
+import { cpuFloor, describeFloor, fmtInfra, fmtRate, machineCpu, median, positiveInt, redactUrl, runBench, sleep, monoUs, timeConsumer, type Timed } from './common';
+import { findInfra, infraMsBetween, infraTicks, type Infra, type InfraTargets } from './proc';
 
 const { values: args } = parseArgs({
   options: {
@@ -206,6 +207,8 @@ interface Env {
   readonly redis: Redis;
   readonly createdDbs: string[];
   readonly createdGroups: string[];
+  /** The local PostgreSQL, broker and Redis, whose CPU each timed window is charged. */
+  readonly infra: InfraTargets;
 }
 
 /** The raw ceiling: a kafkajs consumer with the loop's settings whose eachBatch only resolves offsets. */
@@ -239,6 +242,7 @@ async function runRaw(env: Env, topic: string, total: number, tag: string): Prom
       async () => seen >= total,
       `raw ${tag}`,
       () => last,
+      env.infra,
     );
   } finally {
     await consumer.disconnect();
@@ -378,7 +382,7 @@ async function runPipeline(env: Env, prefix: string, workload: Workload, tag: st
     closers.push(['consumer loop', closeLoop]);
     const total = workload.messages.length;
     const consumed = () => counterSum(metrics, 'consumer_messages_total', 'Consumed messages by outcome', ['topic', 'type', 'outcome'], 'outcome');
-    const timed = await timeConsumer(TIMEOUT_MS, loop.consumer, () => loop.start(), async () => (await consumed()).total >= total, `pipeline ${tag}`);
+    const timed = await timeConsumer(TIMEOUT_MS, loop.consumer, () => loop.start(), async () => (await consumed()).total >= total, `pipeline ${tag}`, undefined, env.infra);
     await step('close consumer loop', closeLoop);
 
     const outcomes = (await consumed()).by;
@@ -432,6 +436,7 @@ interface RelayRun {
   readonly nodeCpuUs: number;
   readonly machineBusy: number;
   readonly windowUs: readonly [number, number];
+  readonly infraMs: Partial<Record<Infra, number>>;
   readonly problems: string[];
 }
 
@@ -457,7 +462,10 @@ async function runRelay(env: Env, run: PipelineRun, rows: number, qaTopic: strin
   let m0 = machineCpu();
   let mono0 = 0;
   let t1 = 0;
+  let infra0: Partial<Record<Infra, number>> = {};
+  let infraMs: Partial<Record<Infra, number>> = {};
   try {
+    infra0 = infraTicks(env.infra);
     cpu0 = process.cpuUsage();
     m0 = machineCpu();
     mono0 = monoUs();
@@ -470,6 +478,8 @@ async function runRelay(env: Env, run: PipelineRun, rows: number, qaTopic: strin
     }
     t1 = performance.now();
   } finally {
+    // Read before closing: what the relay's close costs is not its publishing.
+    infraMs = infraMsBetween(infra0, infraTicks(env.infra));
     await relay.close();
     await publisher.disconnect();
   }
@@ -485,6 +495,7 @@ async function runRelay(env: Env, run: PipelineRun, rows: number, qaTopic: strin
     nodeCpuUs: cpu.user + cpu.system,
     machineBusy: (m1.busy - m0.busy) / Math.max(1, m1.total - m0.total),
     windowUs: [mono0, monoUs()],
+    infraMs,
     problems,
   };
 }
@@ -537,7 +548,9 @@ async function main(): Promise<number> {
   const redis = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: (times) => Math.min(times * 50, 500) });
   redis.on('error', () => undefined);
   await redis.connect();
-  const env: Env = { kafka, admin, pgAdmin, logger, redis, createdDbs: [], createdGroups: [] };
+  const found = findInfra({ pgUrl: PG_URL, brokers: BROKERS, redisUrl: REDIS_URL });
+  for (const note of found.notes) progress(`note: ${note}`);
+  const env: Env = { kafka, admin, pgAdmin, logger, redis, createdDbs: [], createdGroups: [], infra: found.targets };
   const createdTopics: string[] = [];
 
   const versions = {
@@ -597,7 +610,7 @@ async function main(): Promise<number> {
       const r = await runRaw(env, label, N, `r${round}`);
       const rawRate = (N / r.ms) * 1000;
       raw.push({ rate: rawRate, timed: r });
-      progress(`  raw kafkajs consumer          ${fmtRate(rawRate).padStart(9)} events/s  ${(r.ms / 1000).toFixed(2)} s (+${r.joinMs.toFixed(0)} ms join)  node cpu ${(r.nodeCpuUs / N).toFixed(1)} µs/event  machine ${(r.machineBusy * 100).toFixed(0)}% busy`);
+      progress(`  raw kafkajs consumer          ${fmtRate(rawRate).padStart(9)} events/s  ${(r.ms / 1000).toFixed(2)} s (+${r.joinMs.toFixed(0)} ms join)  node cpu ${(r.nodeCpuUs / N).toFixed(1)} µs/event  machine ${(r.machineBusy * 100).toFixed(0)}% busy  ${fmtInfra(r.infraMs, N, 'event')}`);
 
       const p = await runPipeline(env, PREFIX, work, `r${round}`);
       try {
@@ -607,7 +620,7 @@ async function main(): Promise<number> {
         pipelineVsRaw.push(rate / rawRate);
         const tiers = Object.entries(p.duplicatesByTier).map(([k, v]) => `${k} ${v}`).join(', ');
         progress(
-          `  pipeline (qa-svc reviews)     ${fmtRate(rate).padStart(9)} events/s  ${(p.timed.ms / 1000).toFixed(2)} s (+${p.timed.joinMs.toFixed(0)} ms join)  node cpu ${(p.timed.nodeCpuUs / N).toFixed(1)} µs/event  machine ${(p.timed.machineBusy * 100).toFixed(0)}% busy` +
+          `  pipeline (qa-svc reviews)     ${fmtRate(rate).padStart(9)} events/s  ${(p.timed.ms / 1000).toFixed(2)} s (+${p.timed.joinMs.toFixed(0)} ms join)  node cpu ${(p.timed.nodeCpuUs / N).toFixed(1)} µs/event  machine ${(p.timed.machineBusy * 100).toFixed(0)}% busy  ${fmtInfra(p.timed.infraMs, N, 'event')}` +
             `  ${p.processorCalls} processor calls, mean ${p.meanRun.toFixed(0)} events  duplicates: ${tiers || 'none'}`,
         );
         if (p.correctness.length > 0) {
@@ -621,7 +634,7 @@ async function main(): Promise<number> {
         const relayRate = (rl.rows / rl.ms) * 1000;
         relay.push({ rate: relayRate, run: rl, vsPipeline: relayRate / rate });
         progress(
-          `  outbox relay                  ${fmtRate(relayRate).padStart(9)} rows/s    ${(rl.ms / 1000).toFixed(2)} s for ${rl.rows} rows  node cpu ${(rl.nodeCpuUs / rl.rows).toFixed(1)} µs/row  machine ${(rl.machineBusy * 100).toFixed(0)}% busy  ${fmtX(relayRate / rate)} the pipeline` +
+          `  outbox relay                  ${fmtRate(relayRate).padStart(9)} rows/s    ${(rl.ms / 1000).toFixed(2)} s for ${rl.rows} rows  node cpu ${(rl.nodeCpuUs / rl.rows).toFixed(1)} µs/row  machine ${(rl.machineBusy * 100).toFixed(0)}% busy  ${fmtInfra(rl.infraMs, rl.rows, 'row')}  ${fmtX(relayRate / rate)} the pipeline` +
             (rl.problems.length > 0 ? `  (${rl.problems.join('; ')})` : ''),
         );
         if (rl.problems.length > 0) incorrect.push(...rl.problems.map((x) => `round ${round} relay: ${x}`));
@@ -673,6 +686,8 @@ async function main(): Promise<number> {
   );
   console.log(`RATIO pipeline ÷ raw: ${fmtX(pipeRatio)} (target ≥ ${PIPELINE_TARGET}x) → ${pipeRatio >= PIPELINE_TARGET ? 'PASS' : 'MISS'}  [per round: ${pipelineVsRaw.map((x) => x.toFixed(3)).join(', ')}]`);
   if (relay.length > 0) console.log(`RATIO relay rows/s ÷ pipeline events/s: ${fmtX(relayRatio)} (target ≥ ${RELAY_TARGET}x) → ${relayRatio >= RELAY_TARGET ? 'PASS' : 'MISS'}  [per round: ${relay.map((r) => r.vsPipeline.toFixed(2)).join(', ')}]`);
+  const floor = cpuFloor(pipeline.map((p) => p.run.timed), raw.map((r) => r.timed), N);
+  if (Number.isFinite(floor.infraUsPerEvent)) console.log(describeFloor(floor, rawMedian, N));
   if (failed) console.log(`NOTE the run stopped early: ${failed}`);
   if (eosWarnings > 0) progress(`note: kafkajs warned ${eosWarnings} times "Limiting retries for the idempotent producer may invalidate EoS guarantees" (createKafka sets retries: 8; not printed)`);
   if (incorrect.length > 0) {
@@ -695,6 +710,7 @@ async function main(): Promise<number> {
       'Rounds interleave raw, pipeline, relay; each pipeline pass has a fresh database migrated with qa-svc migrations, a fresh consumer group and its own Redis namespace.',
       'The relay publishes the rows its round left in the outbox (one QaStarted per distinct task) to <prefix>.qa-events; its ratio is relay rows/s ÷ that round\'s pipeline events/s.',
       'machineBusy is the share of all cores busy over the timed window (/proc/stat): Kafka, PostgreSQL and Redis run on the same machine.',
+      'infraMs is the CPU of the local PostgreSQL (postmaster, every backend, and backends that ended), Kafka broker and Redis over the window (/proc/<pid>/stat, 10 ms ticks); summary.cpuFloor divides the cores by the CPU per event.',
       'profileWindowsUs are CLOCK_MONOTONIC µs, the clock of .cpuprofile timestamps: bench/profile-summary.ts cuts a profile to them.',
     ],
     raw: raw.map((r) => ({ eventsPerSec: r.rate, ...r.timed })),
@@ -706,6 +722,7 @@ async function main(): Promise<number> {
       relayRowsPerSec: relayMedian,
       pipelineVsRaw: { value: pipeRatio, perRound: pipelineVsRaw, target: PIPELINE_TARGET, met: pipeRatio >= PIPELINE_TARGET },
       relayVsPipeline: { value: relayRatio, perRound: relay.map((r) => r.vsPipeline), target: RELAY_TARGET, met: relayRatio >= RELAY_TARGET },
+      cpuFloor: floor,
       correct: incorrect.length === 0,
       problems: incorrect,
       ...(failed ? { stoppedEarly: failed } : {}),

@@ -148,3 +148,98 @@ export function treeDelta(a: ReadonlyMap<number, ProcessTicks>, b: ReadonlyMap<n
   for (const [pid, was] of a) if (b.get(pid)?.start !== was.start) endedBefore += was.ticks;
   return { live, endedBefore };
 }
+
+// ---------------------------------------------------------------- measured processes
+
+/** A measured CPU consumer: one process, or PostgreSQL as a postmaster and every child it has or had. */
+export interface Target {
+  readonly name: string;
+  readonly how: string;
+  readonly pids: readonly number[];
+  /** PostgreSQL: the postmaster(s); their children and their cutime/cstime are counted too. */
+  readonly tree: boolean;
+  readonly starts: ReadonlyMap<number, number>;
+}
+
+export function target(name: string, how: string, pids: readonly number[], tree = false): Target | undefined {
+  const starts = new Map<number, number>();
+  for (const pid of pids) {
+    const s = readStat(pid);
+    if (s) starts.set(pid, s.start);
+  }
+  return starts.size === 0 ? undefined : { name, how, pids: [...starts.keys()], tree, starts };
+}
+
+/**
+ * A target's clock ticks in one pass of `allStats()`; undefined when one of its processes is gone
+ * or was replaced. A tree counts its live children (new ones included) and the exited ones its
+ * roots have waited for (PostgreSQL's backends that ended).
+ */
+export function targetTicks(t: Target, stats: ReadonlyMap<number, ProcStat>): number | undefined {
+  let sum = 0;
+  for (const pid of t.pids) {
+    const s = stats.get(pid);
+    if (!s || s.start !== t.starts.get(pid)) return undefined;
+    sum += s.own;
+    if (t.tree) sum += s.children;
+  }
+  if (t.tree) for (const s of stats.values()) if (t.pids.includes(s.ppid)) sum += s.own;
+  return sum;
+}
+
+export const INFRA = ['postgres', 'kafka', 'redis'] as const;
+export type Infra = (typeof INFRA)[number];
+export type InfraTargets = Partial<Record<Infra, Target>>;
+
+/**
+ * The local PostgreSQL (its postmaster and children), Kafka broker and Redis server the URLs point
+ * at, for benches that charge their CPU to what they measure. One not found (a remote host, another
+ * user's process) is left out, with a note saying so.
+ */
+export function findInfra(where: { readonly pgUrl: string; readonly brokers: readonly string[]; readonly redisUrl: string }): { targets: InfraTargets; notes: string[] } {
+  const targets: InfraTargets = {};
+  const notes: string[] = [];
+  const pgPort = localPort(where.pgUrl, 5432);
+  const postmaster = pgPort === undefined ? undefined : listenerPid(pgPort);
+  if (postmaster !== undefined) {
+    targets.postgres = target('postgres', `postmaster listening on :${pgPort} and its children`, [postmaster], true);
+  } else {
+    // Fallback: every postgres process whose parent is not one (a postmaster), with its children.
+    const stats = allStats();
+    const roots = [...stats.values()].filter((s) => s.comm.startsWith('postgres') && !stats.get(s.ppid)?.comm.startsWith('postgres')).map((s) => s.pid);
+    if (roots.length > 0) targets.postgres = target('postgres', `${roots.length} postgres root process(es) and their children`, roots, true);
+  }
+  if (!targets.postgres) notes.push('postgres: no local PostgreSQL process found; its CPU column is n/a');
+  const kafkaPort = where.brokers.length === 1 ? localPort(where.brokers[0] ?? '', 9092) : undefined;
+  const broker = kafkaPort === undefined ? undefined : listenerPid(kafkaPort);
+  const kafkaPids = broker !== undefined && cmdline(broker).includes('kafka.Kafka') ? [broker] : pgrep('kafka\\.Kafka').filter((pid) => readStat(pid)?.comm === 'java');
+  if (kafkaPids.length > 0) targets.kafka = target('kafka', broker !== undefined && kafkaPids[0] === broker ? `java kafka.Kafka listening on :${kafkaPort}` : 'pgrep -f kafka.Kafka (java)', kafkaPids);
+  else notes.push('kafka: no local java kafka.Kafka process found; its CPU column is n/a');
+  const redisPort = localPort(where.redisUrl, 6379);
+  const redis = redisPort === undefined ? undefined : listenerPid(redisPort);
+  if (redis !== undefined) targets.redis = target('redis', `listening on :${redisPort}`, [redis]);
+  else notes.push('redis: no local Redis server found; its CPU column is n/a');
+  return { targets, notes };
+}
+
+/** The infrastructure's clock ticks now, per part found. */
+export function infraTicks(targets: InfraTargets, stats: ReadonlyMap<number, ProcStat> = allStats()): Partial<Record<Infra, number>> {
+  const out: Partial<Record<Infra, number>> = {};
+  for (const name of INFRA) {
+    const t = targets[name];
+    const ticks = t === undefined ? undefined : targetTicks(t, stats);
+    if (ticks !== undefined) out[name] = ticks;
+  }
+  return out;
+}
+
+/** CPU ms per part between two `infraTicks` readings (a part missing from either is left out). */
+export function infraMsBetween(a: Partial<Record<Infra, number>>, b: Partial<Record<Infra, number>>): Partial<Record<Infra, number>> {
+  const out: Partial<Record<Infra, number>> = {};
+  for (const name of INFRA) {
+    const x = a[name];
+    const y = b[name];
+    if (x !== undefined && y !== undefined) out[name] = ticksToMs(y - x);
+  }
+  return out;
+}

@@ -35,7 +35,7 @@ import { adminOf, castFor, client, devSigner, runScenario, Scenario, type Actor,
 // Not exported by the producer's index: imported from its module file.
 import { startDuplicator, type Duplicator } from '../tools/producer/src/duplicator';
 import { machineCpu, percentile, runBench, sleep } from './common';
-import { allStats, CLK_TCK, cmdline, listenerPid, localPort, pgrep, readStat, ticksToMs, treeDelta } from './proc';
+import { allStats, CLK_TCK, cmdline, findInfra, listenerPid, localPort, pgrep, target, targetTicks, ticksToMs, treeDelta, type Target } from './proc';
 
 const { values: args } = parseArgs({
   options: {
@@ -157,26 +157,8 @@ const fmtRate = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(1));
 
 // ---------------------------------------------------------------- processes and CPU (/proc)
 
-/** A measured CPU consumer: one process, or PostgreSQL as a postmaster and every child it has or had. */
-interface Target {
-  readonly name: string;
-  readonly how: string;
-  readonly pids: readonly number[];
-  /** PostgreSQL: the postmaster(s); their children and their cutime/cstime are counted too. */
-  readonly tree: boolean;
-  readonly starts: ReadonlyMap<number, number>;
-}
 const COLUMNS = ['task-svc', 'label-svc', 'qa-svc', 'billing-svc', 'postgres', 'kafka', 'redis'] as const;
 type Column = (typeof COLUMNS)[number];
-
-function target(name: string, how: string, pids: readonly number[], tree = false): Target | undefined {
-  const starts = new Map<number, number>();
-  for (const pid of pids) {
-    const s = readStat(pid);
-    if (s) starts.set(pid, s.start);
-  }
-  return starts.size === 0 ? undefined : { name, how, pids: [...starts.keys()], tree, starts };
-}
 
 function findTargets(): { targets: Partial<Record<Column, Target>>; notes: string[] } {
   const targets: Partial<Record<Column, Target>> = {};
@@ -192,25 +174,9 @@ function findTargets(): { targets: Partial<Record<Column, Target>>; notes: strin
     }
     if (!targets[svc]) notes.push(`${svc}: no local process found (pgrep -f dist/apps/${svc}/main.js, or a listener on ${url}); its CPU column is n/a`);
   }
-  const pgPort = localPort(PG_URL, 5432);
-  const postmaster = pgPort === undefined ? undefined : listenerPid(pgPort);
-  if (postmaster !== undefined) {
-    targets.postgres = target('postgres', `postmaster listening on :${pgPort} and its children`, [postmaster], true);
-  } else {
-    // Fallback: every postgres process whose parent is not one (a postmaster), with its children.
-    const stats = allStats();
-    const roots = [...stats.values()].filter((s) => s.comm.startsWith('postgres') && !stats.get(s.ppid)?.comm.startsWith('postgres')).map((s) => s.pid);
-    if (roots.length > 0) targets.postgres = target('postgres', `${roots.length} postgres root process(es) and their children`, roots, true);
-  }
-  if (!targets.postgres) notes.push('postgres: no local PostgreSQL process found; its CPU column is n/a');
-  const kafkaPort = BROKERS.length === 1 ? localPort(BROKERS[0] ?? '', 9092) : undefined;
-  const broker = kafkaPort === undefined ? undefined : listenerPid(kafkaPort);
-  const kafkaPids = broker !== undefined && cmdline(broker).includes('kafka.Kafka') ? [broker] : pgrep('kafka\\.Kafka').filter((pid) => readStat(pid)?.comm === 'java');
-  if (kafkaPids.length > 0) targets.kafka = target('kafka', broker !== undefined && kafkaPids[0] === broker ? `java kafka.Kafka listening on :${kafkaPort}` : 'pgrep -f kafka.Kafka (java)', kafkaPids);
-  else notes.push('kafka: no local java kafka.Kafka process found; its CPU column is n/a');
-  const redisPort = localPort(REDIS_URL, 6379);
-  const redis = redisPort === undefined ? undefined : listenerPid(redisPort);
-  if (redis !== undefined) targets.redis = target('redis', `listening on :${redisPort}`, [redis]);
+  const infra = findInfra({ pgUrl: PG_URL, brokers: BROKERS, redisUrl: REDIS_URL });
+  Object.assign(targets, infra.targets);
+  notes.push(...infra.notes);
   return { targets, notes };
 }
 
@@ -251,20 +217,8 @@ function snapshot(targets: Partial<Record<Column, Target>>): Snapshot {
   }
   for (const col of COLUMNS) {
     const t = targets[col];
-    if (!t) continue;
-    let sum = 0;
-    let alive = true;
-    for (const pid of t.pids) {
-      const s = stats.get(pid);
-      if (!s || s.start !== t.starts.get(pid)) {
-        alive = false;
-        break;
-      }
-      sum += s.own;
-      if (t.tree) sum += s.children; // exited (waited-for) children: backends that ended during the step
-    }
-    if (t.tree && alive) for (const s of stats.values()) if (t.pids.includes(s.ppid)) sum += s.own; // live children, new ones included
-    if (alive) ticks[col] = sum;
+    const sum = t === undefined ? undefined : targetTicks(t, stats);
+    if (sum !== undefined) ticks[col] = sum;
   }
   const cpu = process.cpuUsage();
   const measuredTicks = Object.values(ticks).reduce((a, b) => a + b, 0) + ((cpu.user + cpu.system) / 1e6) * CLK_TCK;
