@@ -6,6 +6,7 @@
 // Exit codes: 0 done, 1 a named letter was not found or could not be replayed, 2 usage or connection.
 import { parseArgs } from 'node:util';
 import { ServiceName } from '@labelflow/contracts';
+import { z } from 'zod';
 import { createKafka, kafkaSecurityFromEnv, type KafkaSecurity } from '@labelflow/messaging';
 import { createLogger } from '@labelflow/telemetry';
 import { findDeadLetter, listDeadLetters, replayDeadLetters, type DeadLetter } from './dead-letters';
@@ -58,8 +59,9 @@ const tryJson = (s: string): unknown => {
 async function main(): Promise<number> {
   const [command, ...ids] = positionals;
   if (!command || !['list', 'show', 'replay'].includes(command)) fail('say list, show or replay');
-  const service = ServiceName.safeParse(args.service);
-  if (!service.success) fail('--service must be one of task-svc, label-svc, qa-svc, billing-svc');
+  // The saga monitor dead-letters what it cannot record, on a topic of its own like the services.
+  const service = ServiceName.or(z.literal('saga-monitor')).safeParse(args.service);
+  if (!service.success) fail('--service must be one of task-svc, label-svc, qa-svc, billing-svc, saga-monitor');
   const limit = args.limit === undefined ? undefined : Number(args.limit);
   if (limit !== undefined && !(Number.isInteger(limit) && limit > 0)) fail('--limit must be a positive integer');
   const topic = `${args.prefix}.${service.data}.dlq`;

@@ -62,12 +62,14 @@ export function readDeadLetter(topic: string, partition: number, message: { offs
   };
 }
 
-export async function recordDeadLetter(db: Queryable, d: DeadLetterRow): Promise<void> {
-  await db.query(
+/** Records a dead letter; false when it was recorded before (a re-read after a restart). */
+export async function recordDeadLetter(db: Queryable, d: DeadLetterRow): Promise<boolean> {
+  const { rowCount } = await db.query(
     `INSERT INTO dead_letters (topic, partition, "offset", service, task_id, event_id, event_type, code, reason, source, failed_at)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING`,
     [d.topic, d.partition, d.offset, d.service, d.taskId, d.eventId, d.eventType, d.code, d.reason, d.source, d.failedAt],
   );
+  return (rowCount ?? 0) > 0;
 }
 
 export async function deadLettersOf(db: Queryable, taskId: string): Promise<DeadLetterRow[]> {
@@ -78,11 +80,6 @@ export async function deadLettersOf(db: Queryable, taskId: string): Promise<Dead
   return rows.map((r) => ({ topic: r.topic, partition: r.partition, offset: r.offset, service: r.service, taskId: r.task_id, eventId: r.event_id, eventType: r.event_type, code: r.code, reason: r.reason, source: r.source, failedAt: r.failed_at?.toISOString() ?? null }));
 }
 
-/**
- * Follows the four services' dead-letter topics with a group of its own and keeps each dead letter
- * for its task's timeline. At least once into an idempotent insert (the coordinates are the key),
- * so a restart that reads some again records nothing twice.
- */
 /**
  * The follower's supervision under names of its own: the monitor's main consumer already reports
  * consumer_running and consumer_crashes_total in this process, without a label to tell two apart.
@@ -97,26 +94,34 @@ function followerMetrics(metrics: Metrics): ReturnType<typeof createConsumerMetr
   };
 }
 
+/**
+ * Follows the dead-letter topics of the four services and of the monitor itself with a group of its
+ * own and keeps each dead letter for its task's timeline. At least once into an idempotent insert
+ * (the coordinates are the key), so a restart that reads some again records and counts nothing twice.
+ */
 export async function startDeadLetterFollower(deps: { readonly config: SagaMonitorConfig; readonly pool: Pool; readonly logger: Logger; readonly metrics: Metrics; readonly lifecycle: Lifecycle }): Promise<void> {
   const { config, pool, lifecycle, metrics } = deps;
   const logger = deps.logger.child({ component: 'dead-letters' });
   const prefix = config.KAFKA_TOPIC_PREFIX;
   const kafka = createKafka({ brokers: config.KAFKA_BROKERS, clientId: 'saga-monitor-dead-letters', logger, ...kafkaSecurity(config) });
-  const topics = Object.values(TopicOwners).map((service) => deadLetterTopic(prefix, service));
+  // The monitor's own too: an event it could not record is missing from its timeline and would
+  // leave a watch waiting (or none opened), and the page must say why.
+  const topics = [...Object.values(TopicOwners), 'saga-monitor' as const].map((service) => deadLetterTopic(prefix, service));
   // Each service creates its own DLQ at start; the monitor may start first.
   await ensureTopics(kafka, topics, config.KAFKA_TOPIC_PARTITIONS, { replicationFactor: config.KAFKA_TOPIC_REPLICATION_FACTOR, configs: Object.fromEntries(topics.map((t) => [t, { 'retention.ms': String(config.DEDUP_INBOX_RETENTION_MS) }])) });
   const consumer = kafka.consumer({ groupId: `${prefix}.saga-monitor.dead-letters`, sessionTimeout: config.KAFKA_SESSION_TIMEOUT_MS });
   const runConfig: ConsumerRunConfig = {
     eachMessage: async ({ topic, partition, message }) => {
       const row = readDeadLetter(topic, partition, message, prefix);
-      await recordDeadLetter(pool, row);
-      recorded.inc({ service: row.service });
+      if (await recordDeadLetter(pool, row)) recorded.inc({ source_service: row.service });
       logger.info({ topic, offset: message.offset, taskId: row.taskId, code: row.code }, 'dead letter recorded');
     },
   };
   // Restarted, with backoff, after a crash kafkajs gives up on (a refused join, a coordinator
   // error it does not retry): a dead follower would leave timelines without their dead letters.
-  const recorded = metrics.counter('saga_monitor_dead_letters_recorded_total', "Dead letters read from the services' dead-letter topics and recorded for the timelines, by service", ['service']);
+  // Not `service`: every series of this process carries service="saga-monitor" already, and a
+  // metric's own label of that name would replace it.
+  const recorded = metrics.counter('saga_monitor_dead_letters_recorded_total', 'Dead letters read from the dead-letter topics and recorded for the timelines, by the service that dead-lettered them', ['source_service']);
   const supervision = superviseConsumer({ consumer, runConfig, policy: defaultRestart, metrics: followerMetrics(metrics), log: logger });
   lifecycle.onClose('dead-letter-follower', async () => {
     await supervision.close();

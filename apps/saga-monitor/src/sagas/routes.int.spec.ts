@@ -82,6 +82,12 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
       value: '{"not": "an event"',
       headers: { 'dlq-error-code': 'DECODE_FAILED', 'dlq-error-message': 'not JSON', 'dlq-source-topic': `${svc.prefix}.task-events`, 'dlq-source-partition': '0', 'dlq-source-offset': '41', 'dlq-consumer-group': `${svc.prefix}.label-svc`, 'dlq-failed-at': new Date().toISOString() },
     }]);
+    // And the monitor's own consumer could not record one: its timeline must say so too.
+    await produceRaw(infra.kafkaBrokers, `${svc.prefix}.saga-monitor.dlq`, [{
+      key: reworked,
+      value: '{"not": "an event either"',
+      headers: { 'dlq-error-code': 'DECODE_FAILED', 'dlq-error-message': 'not JSON', 'dlq-source-topic': `${svc.prefix}.qa-events`, 'dlq-source-partition': '2', 'dlq-source-offset': '7', 'dlq-consumer-group': `${svc.prefix}.saga-monitor`, 'dlq-failed-at': new Date().toISOString() },
+    }]);
     // The duplicates say the label and task topics were read to their end; the qa and billing
     // topics are read in no fixed order with them, so the saga's twelve events are waited for too.
     await eventually(async () => {
@@ -113,22 +119,30 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
       expect(saga.events.filter((e) => e.type === 'LabelSubmitted')).toHaveLength(2);
     });
 
-    it('shows what a service dead-lettered of the task, read from its dead-letter topic', async () => {
+    it('shows what a service or the monitor itself dead-lettered of the task, read from their dead-letter topics', async () => {
       const saga = await eventually(async () => {
         const found = await timeline(reworked);
-        expect(found.deadLetters).toHaveLength(1);
+        expect(found.deadLetters).toHaveLength(2);
         return found;
       });
-      expect(saga.deadLetters).toEqual([expect.objectContaining({ service: 'label-svc', code: 'DECODE_FAILED' })]);
+      expect(new Set(saga.deadLetters.map((d) => d.service))).toEqual(new Set(['label-svc', 'saga-monitor']));
       // The consumer's error text and the DLQ coordinates are for the admins who replay it.
       expect(saga.deadLetters[0]).not.toHaveProperty('reason');
       expect(saga.deadLetters[0]).not.toHaveProperty('source');
       // The follower of the dead-letter topics reports under names of its own, beside the main consumer.
       const text = await metrics();
       expect(metricValue(text, 'saga_monitor_dead_letter_follower_running', {})).toBe(1);
-      expect(metricValue(text, 'saga_monitor_dead_letters_recorded_total', { service: 'label-svc' })).toBe(1);
+      // Counted by the service that dead-lettered, under a label of its own: the process's own
+      // service="saga-monitor" stays on every series.
+      expect(metricValue(text, 'saga_monitor_dead_letters_recorded_total', { source_service: 'label-svc', service: 'saga-monitor' })).toBe(1);
+      expect(metricValue(text, 'saga_monitor_dead_letters_recorded_total', { source_service: 'saga-monitor', service: 'saga-monitor' })).toBe(1);
       const asAdmin = (await svc.http(as.admin()).get<TimelineView>(`/sagas/${reworked}`)).body;
-      expect(asAdmin.deadLetters).toEqual([expect.objectContaining({ service: 'label-svc', code: 'DECODE_FAILED', reason: 'not JSON', source: `${svc.prefix}.task-events/0@41` })]);
+      expect(asAdmin.deadLetters).toEqual(
+        expect.arrayContaining([
+          expect.objectContaining({ service: 'label-svc', code: 'DECODE_FAILED', reason: 'not JSON', source: `${svc.prefix}.task-events/0@41` }),
+          expect.objectContaining({ service: 'saga-monitor', code: 'DECODE_FAILED', source: `${svc.prefix}.qa-events/2@7` }),
+        ]),
+      );
     });
 
     it('answers 401 without a token, 403 to an annotator of the project, 404 to another project and to an unknown task', async () => {
