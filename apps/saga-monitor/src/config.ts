@@ -16,6 +16,8 @@ export const SagaMonitorConfig = BaseConfig.extend({
   SAGA_DEADLINE_REWORK_MS: deadline(5_000),
   /** BillingFailed → TaskFailed (or TaskCompleted, after a retry): how long task-svc may take to fail the task. */
   SAGA_DEADLINE_FAILURE_MS: deadline(5_000),
+  /** TaskCancelled, or TaskReopened of a newer attempt → BillingRefunded of each billed attempt: how long billing-svc may take to give the money back. */
+  SAGA_DEADLINE_REFUND_MS: deadline(5_000),
   /** Told of every alert raised and resolved (POST, JSON); unset: alerts are metrics and log lines only. */
   MONITOR_WEBHOOK_URL: httpUrl.optional(),
   /** Tries per webhook notice before it is given up (logged and counted). */

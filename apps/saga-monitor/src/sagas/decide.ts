@@ -1,5 +1,5 @@
 import type { Decision, Rejection } from '@labelflow/service-kit';
-import { CloseCause, seenAt, watchedSteps, specOf, type CloseCause as Cause, type Fact, type SagaWatchState, type StepDeadlines, type Watch, type WatchEvent } from './state';
+import { CloseCause, seenAt, watchedSteps, specOf, WatchedStep, type CloseCause as Cause, type Fact, type SagaWatchState, type StepDeadlines, type Watch, type WatchEvent } from './state';
 
 export type WatchCommand =
   /** An event of the saga was consumed: it may end watches (the awaited event, a reopen, a cancel) and start one. */
@@ -18,24 +18,48 @@ const plusMs = (iso: string, ms: number) => new Date(new Date(iso).getTime() + m
 
 /** Why an event ends a watch, if it does. */
 function closes(watch: Watch, fact: Fact): Cause | undefined {
-  if (fact.type === 'TaskCancelled') return CloseCause.cancelled;
   const spec = specOf(watch.step);
   if (fact.attempt === watch.attempt + spec.awaitsAttempt && spec.awaits.includes(fact.type)) return CloseCause.arrived;
+  // A refund is owed because of the cancel or the reopen: only the refund itself ends it.
+  if (spec.opens === 'owed') return undefined;
+  if (fact.type === 'TaskCancelled') return CloseCause.cancelled;
   // The attempt was reworked: its step will never come, and nobody waits for it.
   if (fact.type === 'TaskReopened' && fact.attempt > watch.attempt) return CloseCause.superseded;
   return undefined;
 }
 
+/**
+ * The billed attempts this fact leaves owed back, as billing-svc refunds them: every one billed
+ * (`BillingCompleted`) and not yet refunded once the task is cancelled, and those older than the
+ * newest reopen. `state` is as before the fact.
+ */
+function owedRefunds(state: SagaWatchState, fact: Fact): number[] {
+  const billed = (attempt: number) => seenAt(state, 'BillingCompleted', attempt) !== undefined || (fact.type === 'BillingCompleted' && fact.attempt === attempt);
+  const owed = (attempt: number) => billed(attempt) && seenAt(state, 'BillingRefunded', attempt) === undefined && !state.watches.some((w) => w.step === WatchedStep.refund && w.attempt === attempt);
+  const billedAttempts = Object.keys(state.seen).filter((k) => k.startsWith('BillingCompleted#')).map((k) => Number(k.slice('BillingCompleted#'.length)));
+  switch (fact.type) {
+    case 'TaskCancelled':
+      return state.cancelled ? [] : billedAttempts.filter(owed);
+    case 'TaskReopened':
+      return billedAttempts.filter((a) => a < fact.attempt && owed(a));
+    case 'BillingCompleted':
+      return (state.cancelled || fact.attempt < state.reopenedAttempt) && owed(fact.attempt) ? [fact.attempt] : [];
+    default:
+      return [];
+  }
+}
+
 function observe(state: SagaWatchState, fact: Fact, deadlines: StepDeadlines): WatchDecidedEvent[] {
-  if (state.cancelled) return [];
   const events: WatchDecidedEvent[] = [];
   for (const watch of state.watches) {
     const cause = closes(watch, fact);
     if (cause) events.push({ type: 'WatchClosed', step: watch.step, attempt: watch.attempt, cause, at: fact.occurredAt, since: watch.since, dueAt: watch.dueAt, alertedAt: watch.alertedAt });
   }
-  if (fact.type === 'TaskCancelled' || fact.attempt < state.reopenedAttempt) return events;
+  const refundDue = plusMs(fact.occurredAt, deadlines.refund);
+  for (const attempt of owedRefunds(state, fact)) events.push({ type: 'WatchOpened', step: WatchedStep.refund, attempt, since: fact.occurredAt, dueAt: refundDue });
+  if (state.cancelled || fact.type === 'TaskCancelled' || fact.attempt < state.reopenedAttempt) return events;
   for (const spec of watchedSteps) {
-    if (!spec.after.includes(fact.type)) continue;
+    if (spec.opens !== 'always' || !spec.after.includes(fact.type)) continue;
     if (state.watches.some((w) => w.step === spec.step && w.attempt === fact.attempt)) continue;
     // Consumed from another topic before the event that starts the step: nothing to wait for.
     if (spec.awaits.some((type) => seenAt(state, type, fact.attempt + spec.awaitsAttempt) !== undefined)) continue;

@@ -6,7 +6,7 @@ import { emptyWatchState, evolve, type Fact, type SagaWatchState, type StepDeadl
 
 const t0 = Date.parse('2030-01-01T00:00:00.000Z');
 const at = (ms: number) => new Date(t0 + ms).toISOString();
-const deadlines: StepDeadlines = { qa_started: 5_000, billing: 5_000, completion: 5_000, rework: 5_000, failure: 5_000 };
+const deadlines: StepDeadlines = { qa_started: 5_000, billing: 5_000, completion: 5_000, rework: 5_000, failure: 5_000, refund: 5_000 };
 
 const fact = (type: EventType, attempt = 1, ms = 0): Fact => ({ type, attempt, occurredAt: at(ms) });
 const seen = (type: EventType, attempt = 1, ms = 0): WatchEvent => ({ type: 'FactObserved', fact: fact(type, attempt, ms) });
@@ -101,6 +101,45 @@ describe('saga watchdog: which steps it waits for', () => {
     expect(cancelled.decision).toEqual({ ok: true, events: [expect.objectContaining({ type: 'WatchClosed', step: 'qa_started', cause: 'cancelled' })] });
     expect(when(cancelled.state, observe('QaPassed', 1, 200)).decision).toEqual({ ok: true, events: [] });
     expect(cancelled.state.cancelled).toBe(true);
+  });
+
+  it('waits after a cancel for billing-svc to refund each billed attempt not yet refunded, and nothing else', () => {
+    const billed = run(given(), observe('QaPassed', 1, 0), observe('BillingCompleted', 1, 100), observe('TaskCompleted', 1, 200));
+    const cancelled = when(billed, observe('TaskCancelled', 1, 1_000));
+    expect(cancelled.decision).toEqual({ ok: true, events: [{ type: 'WatchOpened', step: 'refund', attempt: 1, since: at(1_000), dueAt: at(6_000) }] });
+    expect(when(cancelled.state, sweep(6_000)).decision).toEqual({ ok: true, events: [expect.objectContaining({ type: 'AlertRaised', step: 'refund', attempt: 1 })] });
+    expect(when(cancelled.state, observe('BillingRefunded', 1, 1_200)).decision).toEqual({ ok: true, events: [expect.objectContaining({ type: 'WatchClosed', step: 'refund', attempt: 1, cause: 'arrived' })] });
+    // A cancel before any billing owes nothing; nor does one whose refund was read first.
+    expect(when(run(given(), observe('QaPassed', 1, 0)), observe('TaskCancelled', 1, 50)).state.watches).toEqual([]);
+    expect(when(run(billed, observe('BillingRefunded', 1, 300)), observe('TaskCancelled', 1, 400)).decision).toEqual({ ok: true, events: [] });
+  });
+
+  it('waits for the refund when the billing of a cancelled task is read after the cancel', () => {
+    const cancelled = run(given(), observe('QaPassed', 1, 0), observe('TaskCancelled', 1, 50));
+    const billed = when(cancelled, observe('BillingCompleted', 1, 40));
+    expect(billed.decision).toEqual({ ok: true, events: [{ type: 'WatchOpened', step: 'refund', attempt: 1, since: at(40), dueAt: at(5_040) }] });
+  });
+
+  it('waits for the refund of a billed attempt that a reopen superseded, and not for a later attempt', () => {
+    const billed = run(given(), observe('QaPassed', 1, 0), observe('BillingCompleted', 1, 100));
+    const reopened = when(billed, observe('TaskReopened', 2, 150));
+    expect(reopened.decision).toEqual({
+      ok: true,
+      events: [expect.objectContaining({ type: 'WatchClosed', step: 'completion', attempt: 1, cause: 'superseded' }), { type: 'WatchOpened', step: 'refund', attempt: 1, since: at(150), dueAt: at(5_150) }],
+    });
+    // Billing of the new attempt owes nothing back; the old one is still awaited.
+    const rebilled = run(reopened.state, observe('QaPassed', 2, 300), observe('BillingCompleted', 2, 400));
+    expect(rebilled.watches.filter((w) => w.step === 'refund')).toEqual([expect.objectContaining({ attempt: 1 })]);
+    // A reopen read after its billing was refunded waits for nothing.
+    expect(when(run(billed, observe('BillingRefunded', 1, 120)), observe('TaskReopened', 2, 150)).state.watches.filter((w) => w.step === 'refund')).toEqual([]);
+  });
+
+  it('keeps waiting for a refund through a later reopen or cancel of the same task', () => {
+    const owed = run(given(), observe('BillingCompleted', 1, 0), observe('TaskReopened', 2, 100));
+    const cancelled = when(owed, observe('TaskCancelled', 2, 200));
+    expect(cancelled.decision).toEqual({ ok: true, events: [] });
+    expect(cancelled.state.watches).toEqual([expect.objectContaining({ step: 'refund', attempt: 1, since: at(100) })]);
+    expect(when(cancelled.state, observe('BillingRefunded', 1, 300)).state.watches).toEqual([]);
   });
 
   it('opens one watch per step and attempt however often its start is observed', () => {

@@ -32,6 +32,7 @@ export const deadlinesOf = (config: SagaMonitorConfig): StepDeadlines => ({
   completion: config.SAGA_DEADLINE_COMPLETED_MS,
   rework: config.SAGA_DEADLINE_REWORK_MS,
   failure: config.SAGA_DEADLINE_FAILURE_MS,
+  refund: config.SAGA_DEADLINE_REFUND_MS,
 });
 
 /** The trace an event travelled in comes with its delivery, as the exactly-once shell continues it. */

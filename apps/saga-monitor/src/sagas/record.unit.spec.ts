@@ -33,7 +33,7 @@ const fresh = (first: DomainEvent): SagaRecord => ({
   recorded: [],
   notices: [],
 });
-const deadlines = { qa_started: 5_000, billing: 5_000, completion: 5_000, rework: 5_000, failure: 5_000 };
+const deadlines = { qa_started: 5_000, billing: 5_000, completion: 5_000, rework: 5_000, failure: 5_000, refund: 5_000 };
 const observeAll = (events: DomainEvent[]) => events.reduce((r, e) => observeEvent(r, e, { deadlines, consumedAt: at(99_999), traceId: 'abc' }), fresh(events[0]!));
 
 describe('saga record: what one consumed event changes', () => {

@@ -9,7 +9,7 @@ import { observeEvent } from './record';
 import { loadSagasForUpdate, saveSagasMany } from './repository';
 
 const infra = inject('infra');
-const deadlines = { qa_started: 60_000, billing: 60_000, completion: 60_000, rework: 60_000, failure: 60_000 };
+const deadlines = { qa_started: 60_000, billing: 60_000, completion: 60_000, rework: 60_000, failure: 60_000, refund: 60_000 };
 
 describe('saga-monitor batch statements under generic plans', () => {
   let pool: pg.Pool;

@@ -40,6 +40,7 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
   let svc: InProcessService<BuiltService<SagaMonitorConfig>>;
   const reworked = freshSnowflake();
   const stuck = freshSnowflake();
+  const unrefunded = freshSnowflake();
   const traced = freshSnowflake();
 
   const plantAs = (taskId: string, attempt: number) => ({ taskId, projectId: project, attempt });
@@ -52,6 +53,7 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
   beforeAll(async () => {
     svc = await buildTestService(infra, 'saga-monitor', (env) => buildService(sagaMonitor, loadConfig(SagaMonitorConfig, env)), {
       SAGA_DEADLINE_QA_STARTED_MS: '1000',
+      SAGA_DEADLINE_REFUND_MS: '1000',
       SWEEP_INTERVAL_MS: '100',
       MONITOR_NOTICE_POLL_MS: '50',
       JAEGER_URL: 'http://jaeger.test:16686/',
@@ -194,6 +196,22 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
         const text = await metrics();
         expect(metricValue(text, 'saga_alerts_active', { step: 'qa_started' })).toBe(0);
         expect(metricValue(text, 'saga_alerts_resolved_total', { step: 'qa_started', cause: 'arrived' })).toBe(1);
+      });
+    });
+
+    it('alerts when a cancelled task keeps its billing unrefunded, and clears the alert when the refund arrives', async () => {
+      await svc.plant('QaPassed', plantAs(unrefunded, 1), { annotatorId: 'ann-1', reviewerId: 'rev-1' });
+      await svc.plant('BillingCompleted', plantAs(unrefunded, 1), { annotatorId: 'ann-1', amount: 300, approvedBy: 'rev-1' });
+      // Cancelled while billed, before task-svc completed it (the other tests count completions).
+      await svc.plant('TaskCancelled', plantAs(unrefunded, 1), { reason: 'duplicate of another task', cancelledBy: 'mgr-1', previousStatus: 'approved' });
+      await eventually(async () => {
+        const { alerts } = (await svc.http(manager).get<AlertsView>('/sagas/alerts')).body;
+        expect(alerts.filter((a) => a.taskId === unrefunded)).toEqual([expect.objectContaining({ step: 'refund', attempt: 1, alerting: true })]);
+      });
+      await svc.plant('BillingRefunded', plantAs(unrefunded, 1), { annotatorId: 'ann-1', amount: 300, reason: 'TASK_CANCELLED' });
+      await eventually(async () => {
+        expect((await svc.http(manager).get<AlertsView>('/sagas/alerts')).body.alerts.filter((a) => a.taskId === unrefunded)).toEqual([]);
+        expect(metricValue(await metrics(), 'saga_alerts_resolved_total', { step: 'refund', cause: 'arrived' })).toBe(1);
       });
     });
 

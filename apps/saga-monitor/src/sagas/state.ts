@@ -5,9 +5,10 @@ import type { EventType } from '@labelflow/contracts';
  * task within the step's deadline, of the same attempt or (a rework) of the next; each is a machine
  * step (no person waits in between), so a missed one means a service is stuck, paused or lagging.
  * The compensations are watched as well as the happy path: a rejection that never reopens the task
- * leaves it in review for good, a billing failure that never fails it leaves it approved.
+ * leaves it in review for good, a billing failure that never fails it leaves it approved, and a
+ * billed attempt that was cancelled or superseded but never refunded keeps the project's money.
  */
-export const WatchedStep = { qaStarted: 'qa_started', billing: 'billing', completion: 'completion', rework: 'rework', failure: 'failure' } as const;
+export const WatchedStep = { qaStarted: 'qa_started', billing: 'billing', completion: 'completion', rework: 'rework', failure: 'failure', refund: 'refund' } as const;
 export type WatchedStep = (typeof WatchedStep)[keyof typeof WatchedStep];
 
 export interface StepSpec {
@@ -16,16 +17,26 @@ export interface StepSpec {
   readonly awaits: readonly EventType[];
   /** Which attempt brings the awaited event: the same (0), or the next one a reopen starts (1). */
   readonly awaitsAttempt: 0 | 1;
+  /**
+   * `after` alone opens the step (`always`), or only when it leaves a billed attempt owed back
+   * (`owed`: see decide's `owedRefunds`); an owed step outlives the cancellation and the reopen
+   * that caused it, since those are what it waits on.
+   */
+  readonly opens: 'always' | 'owed';
 }
 
 const specs: Readonly<Record<WatchedStep, StepSpec>> = {
-  qa_started: { step: WatchedStep.qaStarted, after: ['LabelSubmitted'], awaits: ['QaStarted'], awaitsAttempt: 0 },
-  billing: { step: WatchedStep.billing, after: ['QaPassed'], awaits: ['BillingCompleted', 'BillingFailed'], awaitsAttempt: 0 },
-  completion: { step: WatchedStep.completion, after: ['BillingCompleted'], awaits: ['TaskCompleted'], awaitsAttempt: 0 },
+  qa_started: { step: WatchedStep.qaStarted, after: ['LabelSubmitted'], awaits: ['QaStarted'], awaitsAttempt: 0, opens: 'always' },
+  billing: { step: WatchedStep.billing, after: ['QaPassed'], awaits: ['BillingCompleted', 'BillingFailed'], awaitsAttempt: 0, opens: 'always' },
+  completion: { step: WatchedStep.completion, after: ['BillingCompleted'], awaits: ['TaskCompleted'], awaitsAttempt: 0, opens: 'always' },
   // task-svc reopens a rejected or timed-out attempt: TaskReopened carries the new attempt.
-  rework: { step: WatchedStep.rework, after: ['QaRejected', 'QaTimedOut'], awaits: ['TaskReopened'], awaitsAttempt: 1 },
+  rework: { step: WatchedStep.rework, after: ['QaRejected', 'QaTimedOut'], awaits: ['TaskReopened'], awaitsAttempt: 1, opens: 'always' },
   // A billing retry that succeeds first completes the task instead.
-  failure: { step: WatchedStep.failure, after: ['BillingFailed'], awaits: ['TaskFailed', 'TaskCompleted'], awaitsAttempt: 0 },
+  failure: { step: WatchedStep.failure, after: ['BillingFailed'], awaits: ['TaskFailed', 'TaskCompleted'], awaitsAttempt: 0, opens: 'always' },
+  // billing-svc gives back every completed billing of a cancelled task, and of an attempt a newer
+  // one superseded; the refund carries the billed attempt. Whichever of the two events the monitor
+  // reads last (they travel on different topics) opens the watch.
+  refund: { step: WatchedStep.refund, after: ['TaskCancelled', 'TaskReopened', 'BillingCompleted'], awaits: ['BillingRefunded'], awaitsAttempt: 0, opens: 'owed' },
 };
 
 export const watchedSteps: readonly StepSpec[] = Object.values(specs);
@@ -62,7 +73,7 @@ export interface SagaWatchState {
   readonly watches: readonly Watch[];
   /** The newest attempt a TaskReopened announced (0 if none): steps of older attempts are never awaited. */
   readonly reopenedAttempt: number;
-  /** Absorbing: nothing is awaited of a cancelled saga. */
+  /** Absorbing: nothing but refunds is awaited of a cancelled saga. */
   readonly cancelled: boolean;
 }
 
