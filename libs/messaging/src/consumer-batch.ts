@@ -64,6 +64,35 @@ export interface BatchProcessor<E> {
 /** The span of each delivery being processed while tracing records; `recordOutcomes` notes what became of it. */
 const deliverySpans = new WeakMap<Delivery<unknown>, TraceSpan>();
 
+/**
+ * Ends a dead-lettered delivery's span as failed, saying why: the consumer carried on, but the
+ * event was not applied, and a trace must not show a poison message as a healthy consume.
+ */
+export function markDeadLettered(delivery: Delivery<unknown>, code: string): void {
+  deliverySpans.get(delivery)?.end({ failed: true, attributes: { 'labelflow.outcome': 'dead_lettered', 'labelflow.dead_letter.code': code } });
+}
+
+/**
+ * A message that could not be read still continues the trace its headers carry, as a failed
+ * consume: without it the trace would end at the producer's publish, as if nobody had read it. The
+ * name is fixed (a foreign producer's type header is not a span name).
+ */
+function traceInvalid(raw: RawMessage, code: string): void {
+  startSpan('process invalid message', {
+    kind: 'consumer',
+    headers: raw.headers,
+    attributes: {
+      'messaging.system': 'kafka',
+      'messaging.operation.type': 'process',
+      'messaging.destination.name': raw.topic,
+      'messaging.destination.partition.id': String(raw.partition),
+      'messaging.kafka.offset': raw.offset,
+      'labelflow.outcome': 'invalid',
+      'labelflow.dead_letter.code': code,
+    },
+  })?.end({ failed: true });
+}
+
 /** Runs `work` linked to the trace of every delivery (one call applying several partitions' runs). */
 export function linkedToDeliveries<T>(deliveries: readonly Delivery<unknown>[], work: () => Promise<T>): Promise<T> {
   if (!tracingEnabled()) return work();
@@ -288,9 +317,10 @@ export function createBatchHandler<E extends { readonly type: string }>(deps: Ba
       if (item.kind === 'skip') {
         metrics.skipped?.inc({ topic: batch.topic, type: item.type });
       } else {
-        metrics.processed?.inc({ topic: batch.topic, type: 'invalid', outcome: 'invalid' });
         log.warn({ source: coordinates(item.raw), code: item.code, reason: item.message }, 'invalid message skipped');
         if ((await deadLetter(item.raw, item.code, item.message, payload)) === 'aborted') return;
+        metrics.processed?.inc({ topic: batch.topic, type: 'invalid', outcome: 'invalid' });
+        if (tracingEnabled()) traceInvalid(item.raw, item.code);
       }
       resolve(item.raw.offset);
     }

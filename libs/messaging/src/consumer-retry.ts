@@ -1,6 +1,6 @@
 import type { EachBatchPayload } from 'kafkajs';
 import type { Logger } from '@labelflow/telemetry';
-import type { BatchProcessor, Delivery, DeliveryOutcome } from './consumer-batch';
+import { markDeadLettered, type BatchProcessor, type Delivery, type DeliveryOutcome } from './consumer-batch';
 import type { ConsumerMetrics } from './consumer-metrics';
 import { MessagingErrors } from './errors';
 
@@ -103,10 +103,14 @@ export function createRunApplier<E extends { readonly type: string }>(deps: RunA
         poison++;
         retries?.inc({ topic, kind: 'failure' });
         if (poison >= retry.maxAttempts) {
-          processed?.inc({ topic, type: event.type, outcome: 'dead_lettered' });
           const code = (error as { code?: string }).code ?? MessagingErrors.HANDLER_FAILED;
           const step = await deps.deadLetter(run[0]!, code, `handler failed ${poison} times: ${(error as Error).message}`, payload);
-          if (step === 'done') onDone(run[0]!);
+          // Counted once it is on the dead-letter topic: an aborted send is delivered (and counted) again.
+          if (step === 'done') {
+            processed?.inc({ topic, type: event.type, outcome: 'dead_lettered' });
+            markDeadLettered(run[0]!, code);
+            onDone(run[0]!);
+          }
           return step;
         }
         log.warn({ err: error, source: meta.source, type: event.type, attempt: poison }, 'processing failed; retrying');
