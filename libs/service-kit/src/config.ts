@@ -77,6 +77,12 @@ export const BaseConfig = z.object({
   CONSUMER_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(5),
   /** How long an Idempotency-Key's stored response is replayed (the published expiry, default 24 h). */
   IDEMPOTENCY_TTL_MS: z.coerce.number().int().min(1_000).max(30 * 24 * 3600_000).default(24 * 3600_000),
+  /**
+   * How long a JSON body may take to arrive once its headers have: a client that sends one byte a
+   * minute would otherwise hold its connection (and the rate limiter's one count) for good. The
+   * bulk import streams its NDJSON without it: its silence is bounded by IMPORT_IDLE_MS.
+   */
+  HTTP_BODY_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(30_000),
   /** Requests one caller may have waiting (Prefer: wait) in one instance; beyond it the wait is not honoured. */
   LONG_POLLS_PER_CALLER: z.coerce.number().int().min(1).max(100_000).default(256),
   /** How often a waiting request looks again without a signal: the fallback for a notification that went missing. */

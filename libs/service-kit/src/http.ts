@@ -1,4 +1,5 @@
 import type { Socket } from 'node:net';
+import { PassThrough } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { z } from 'zod';
 import { can, installAuth, Permission, type AuthHookOptions } from '@labelflow/auth';
@@ -23,6 +24,8 @@ export interface HttpAppDeps {
   readonly readinessTimeoutMs?: number;
   readonly metrics?: Metrics;
   readonly bodyLimit?: number;
+  /** How long a body fastify reads whole (JSON, text) may take to arrive: 408 after that, and the connection closed. Default 30 s. */
+  readonly bodyTimeoutMs?: number;
   /** Every route but /healthz and /readyz requires a verified bearer token (see @labelflow/auth). */
   readonly auth: AuthHookOptions;
 }
@@ -113,6 +116,49 @@ function answerClientError(this: FastifyInstance, error: Error & { code?: string
   socket.destroy(error);
 }
 
+/** Content types fastify reads whole before the handler runs (the import's NDJSON streams instead). */
+const BUFFERED_BODY = /^\s*(application\/json|text\/plain)\b/i;
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * Two things fastify's own body reading lets through. A body whose bytes are not UTF-8: fastify
+ * decodes it with replacement characters, so it would pass validation and be stored changed; here
+ * it is a 400 `INVALID_JSON`, as the import answers such a line. And a body that never finishes: Node's
+ * request timeout is off (the import streams for minutes), so a JSON body trickled a byte at a time
+ * would hold its connection for good; here it gets `bodyTimeoutMs` to arrive, then a 408 and the
+ * connection closed.
+ */
+function readBodiesStrictly(app: FastifyInstance, bodyTimeoutMs: number): void {
+  const parseJson = app.getDefaultJsonParser('error', 'ignore');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    let text: string;
+    try {
+      text = strictUtf8.decode(body as Buffer);
+    } catch {
+      done(new HttpError(400, 'INVALID_JSON', 'request body is not valid UTF-8'), undefined);
+      return;
+    }
+    parseJson(request, text, done);
+  });
+  app.addHook('preParsing', async (request, reply, payload) => {
+    if (!BUFFERED_BODY.test(request.headers['content-type'] ?? '')) return payload;
+    // Read through a stream of our own, so the deadline can fail the read without destroying the
+    // socket the 408 must still go out on.
+    const guarded = new PassThrough();
+    const timer = setTimeout(() => {
+      payload.unpipe(guarded);
+      reply.header('connection', 'close');
+      guarded.destroy(new HttpError(408, 'REQUEST_TIMEOUT', `the request body was not received within ${bodyTimeoutMs} ms`));
+    }, bodyTimeoutMs);
+    const settled = () => clearTimeout(timer);
+    guarded.once('end', settled).once('close', settled);
+    payload.once('error', (error) => guarded.destroy(error));
+    payload.pipe(guarded);
+    return guarded;
+  });
+}
+
 /** The route pattern, never the raw URL (ids in paths would make a series per task); `unmatched` for a 404. */
 const routeOf = (request: FastifyRequest): string => request.routeOptions.url ?? 'unmatched';
 
@@ -197,7 +243,7 @@ function instrument(app: FastifyInstance, metrics: Metrics | undefined): void {
  * /healthz (process alive), /readyz (dependencies answer), /metrics, and incoming W3C trace context
  * made active for the handler so emitted events continue the caller's trace.
  */
-export function createHttpApp({ logger, readiness, readinessOptional = [], readinessTimeoutMs, metrics, auth, bodyLimit = 1_048_576 }: HttpAppDeps): FastifyInstance {
+export function createHttpApp({ logger, readiness, readinessOptional = [], readinessTimeoutMs, metrics, auth, bodyLimit = 1_048_576, bodyTimeoutMs = 30_000 }: HttpAppDeps): FastifyInstance {
   const app: FastifyInstance = Fastify({
     loggerInstance: logger.child({ component: 'http' }) as FastifyBaseLogger,
     // One access line per request (below) instead of fastify's two: each line is a synchronous
@@ -216,6 +262,7 @@ export function createHttpApp({ logger, readiness, readinessOptional = [], readi
   });
 
   instrument(app, metrics);
+  readBodiesStrictly(app, bodyTimeoutMs);
   app.addHook('onResponse', async (request, reply) => {
     request.log.info({ req: { method: request.method, url: request.url }, res: { statusCode: reply.statusCode }, responseTime: reply.elapsedTime }, 'request completed');
   });

@@ -312,9 +312,10 @@ describe('service-kit: requests no route can read', () => {
       socket.on('error', reject);
     });
   };
-  const listening = async () => {
-    const server = app();
+  const listening = async (deps: Partial<HttpAppDeps> = {}) => {
+    const server = app(deps);
     server.get('/annotators/:annotatorId', async (request) => ({ annotatorId: (request.params as { annotatorId: string }).annotatorId }));
+    server.post('/echo', async (request) => request.body);
     return { server, url: await server.listen({ port: 0, host: '127.0.0.1' }) };
   };
 
@@ -342,6 +343,37 @@ describe('service-kit: requests no route can read', () => {
     } finally {
       await server.close();
     }
+  });
+
+  it('answers a JSON body that stops arriving with 408 once its deadline passes, and closes the connection', async () => {
+    const { server, url } = await listening({ bodyTimeoutMs: 200 });
+    try {
+      const started = Date.now();
+      // Headers and one byte of a 1,000-byte body, then nothing: the socket must not stay open.
+      const answer = await raw(url, `POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: ${(await bearer({ admin: true })).authorization}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{`);
+      expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+      expect(answer.toLowerCase()).toContain('connection: close');
+      expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4))).toEqual({ error: { code: 'REQUEST_TIMEOUT', message: 'the request body was not received within 200 ms' } });
+      expect(Date.now() - started).toBeLessThan(5_000);
+      // A body that arrives in time is read as before.
+      const res = await fetch(`${url}/echo`, { method: 'POST', headers: { ...(await bearer({ admin: true })), 'content-type': 'application/json' }, body: '{"a":1}' });
+      expect(await res.json()).toEqual({ a: 1 });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('answers a JSON body whose bytes are not UTF-8 with 400 INVALID_JSON instead of storing replacement characters', async () => {
+    const server = app();
+    server.post('/echo', async (request) => request.body);
+    const headers = { ...(await bearer({ admin: true })), 'content-type': 'application/json' };
+    const bad = await server.inject({ method: 'POST', url: '/echo', headers, payload: Buffer.concat([Buffer.from('{"reason":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]) });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json()).toEqual({ error: { code: 'INVALID_JSON', message: 'request body is not valid UTF-8' } });
+    // Real UTF-8, a BOM before it, and the prototype guard are as fastify's own parser has them.
+    expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: Buffer.from('\uFEFF{"reason":"été 🐱"}') })).json()).toEqual({ reason: 'été 🐱' });
+    expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: '{"__proto__":{"admin":true}}' })).statusCode).toBe(400);
+    expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: '' })).json()).toMatchObject({ error: { code: 'INVALID_JSON' } });
   });
 
   it('routes a path parameter as long as an actor name may be, percent-encoded', async () => {

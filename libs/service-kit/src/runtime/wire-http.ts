@@ -18,6 +18,7 @@ export async function wireHttp<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceC
   const app = createHttpApp({
     logger,
     metrics,
+    bodyTimeoutMs: config.HTTP_BODY_TIMEOUT_MS,
     auth: {
       ...authFromConfig(config, { redis, namespace: `lf:rl:${config.KAFKA_TOPIC_PREFIX}:${definition.name}`, logger, metrics }),
       ...(definition.publicRoutes ? { publicRoutes: ['/healthz', '/readyz', ...definition.publicRoutes] } : {}),
