@@ -30,5 +30,10 @@ export const TaskSvcConfig = BaseConfig.extend({
   IMPORT_IDLE_MS: z.coerce.number().int().min(1_000).max(3_600_000).default(30_000),
   /** Uploads one instance runs at once; more answer 503 IMPORT_BUSY with Retry-After (they share the service's database pool). */
   IMPORT_MAX_CONCURRENT: z.coerce.number().int().min(1).max(100).default(4),
+  /**
+   * Of those, uploads one project runs at once (at most IMPORT_MAX_CONCURRENT): one tenant's
+   * uploads, however slowly they trickle in, leave the other slots to the other projects.
+   */
+  IMPORT_MAX_PER_PROJECT: z.coerce.number().int().min(1).max(100).default(2),
 });
 export type TaskSvcConfig = ReturnType<typeof TaskSvcConfig.parse>;

@@ -306,6 +306,25 @@ describe('task-svc bulk import, a client gone silent and a full instance', () =>
     expect(await first.answer).toMatchObject({ status: 200, body: { status: 'completed', created: 1 } });
     expect((await second()).status).toBe(200);
   });
+
+  it('leaves the slots beyond IMPORT_MAX_PER_PROJECT to other projects: a project whose uploads trickle in cannot hold them all', async () => {
+    const { svc, baseUrl } = await start({ IMPORT_MAX_CONCURRENT: '2', IMPORT_MAX_PER_PROJECT: '1' });
+    services.push(svc);
+    const [mine, theirs] = [randomUUID(), randomUUID()];
+    const owner = as.owner('own-1', mine);
+    const first = streamingUpload(baseUrl, `/projects/${mine}/tasks/import?importId=${randomUUID()}`, owner);
+    await first.start();
+    await first.write(`${line('p1')}\n`);
+    await eventually(async () => expect((await queryRows<{ n: string }>(svc.databaseUrl, "SELECT count(*) AS n FROM imports WHERE project_id = $1 AND status = 'running'", [mine]))[0]?.n).toBe('1'));
+    const again = await svc.http(owner).post<Summary>(`/projects/${mine}/tasks/import?importId=${randomUUID()}`, file([line('p2')]), NDJSON);
+    expect(refusal(again)).toEqual({ status: 503, code: 'IMPORT_BUSY' });
+    expect(again.headers.get('retry-after')).toBe('5');
+    // Another tenant's upload still finds a slot on this instance.
+    const other = await svc.http(as.owner('own-2', theirs)).post<Summary>(`/projects/${theirs}/tasks/import?importId=${randomUUID()}`, file([line('q1')]), NDJSON);
+    expect(other.status, JSON.stringify(other.body)).toBe(200);
+    first.end();
+    expect(await first.answer).toMatchObject({ status: 200, body: { status: 'completed', created: 1 } });
+  });
 });
 
 describe('task-svc bulk import, a shutdown during an upload', () => {

@@ -97,6 +97,8 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
     });
 
     let running = 0;
+    const runningIn = new Map<string, number>();
+    const perProject = Math.min(config.IMPORT_MAX_PER_PROJECT, config.IMPORT_MAX_CONCURRENT);
     // A shutdown ends the uploads under way as a dropped connection would: their committed batches
     // stay, the job is left interrupted with its hold released, and the client resumes with the
     // same importId (on another instance, or this one once it is back). Waiting for them instead
@@ -108,12 +110,15 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
     scope.post('/projects/:projectId/tasks/import', { onRequest: admit }, async (request, reply: FastifyReply) => {
       const { projectId } = parseInput(ImportParams, request.params, 'path');
       const { importId } = parseInput(ImportQuery, request.query, 'query');
-      if (running >= config.IMPORT_MAX_CONCURRENT) {
+      const ofProject = runningIn.get(projectId) ?? 0;
+      if (running >= config.IMPORT_MAX_CONCURRENT || ofProject >= perProject) {
         uploads.inc({ outcome: ImportErrors.IMPORT_BUSY });
         reply.header('retry-after', '5');
-        throw new HttpError(503, ImportErrors.IMPORT_BUSY, `this instance runs ${running} imports already; upload again in a moment with the same importId`);
+        const what = ofProject >= perProject ? `project ${projectId} has ${ofProject} imports running on this instance already` : `this instance runs ${running} imports already`;
+        throw new HttpError(503, ImportErrors.IMPORT_BUSY, `${what}; upload again in a moment with the same importId`);
       }
       running++;
+      runningIn.set(projectId, ofProject + 1);
       uploading.add(request);
       const body = withIdleLimit((request.body ?? []) as AsyncIterable<Buffer | string>, config.IMPORT_IDLE_MS, () => request.raw.destroy());
       try {
@@ -130,6 +135,9 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
         throw new HttpError(statusFor[error.code], error.code, error.message);
       } finally {
         running--;
+        const left = (runningIn.get(projectId) ?? 1) - 1;
+        if (left === 0) runningIn.delete(projectId);
+        else runningIn.set(projectId, left);
         uploading.delete(request);
       }
     });
