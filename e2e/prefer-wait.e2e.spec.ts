@@ -148,6 +148,8 @@ describe('waiting instead of polling (Prefer: wait)', () => {
       ['?status=open,', 'query.status.1'],
       ['?minAttempt=0', 'query.minAttempt'],
       ['?minAttempt=two', 'query.minAttempt'],
+      // A misspelt condition would be no condition: answered at once, and a client would busy-loop.
+      ['?stauts=open', 'query'],
     ] as const) {
       const res = await stack.http('task-svc').get<{ error: { code: string; details: { path: string }[] } }>(`/tasks/${taskId}${query}`, { prefer: 'wait=5' });
       expect(res.status, query).toBe(400);

@@ -9,11 +9,22 @@ export const MAX_CURSOR_LENGTH = 512;
 export const MAX_PAGE_LIMIT = 1000;
 
 /**
- * Query-string fields every paged list accepts; spread into a route's schema:
- * `z.object({ ...PageQuery, status: ... })`.
+ * A whole number in a query string, written in decimal: `z.coerce.number()` would also take
+ * `0x10`, `1e3`, ` 7 ` and an empty value (0), and a repeated parameter would reach it as an array.
+ */
+export const queryInt = (min: number, max: number) =>
+  z
+    .string()
+    .regex(/^[0-9]{1,15}$/, 'must be a whole number in decimal')
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max));
+
+/**
+ * Query-string fields every paged list accepts; spread into a route's schema, made strict so a
+ * misspelt parameter is a 400 rather than silently ignored: `z.strictObject({ ...PageQuery, status: ... })`.
  */
 export const PageQuery = {
-  limit: z.coerce.number().int().min(1).max(MAX_PAGE_LIMIT).default(100),
+  limit: queryInt(1, MAX_PAGE_LIMIT).default(100),
   cursor: z.string().max(MAX_CURSOR_LENGTH).optional(),
 };
 

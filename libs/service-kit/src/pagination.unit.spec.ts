@@ -65,7 +65,7 @@ describe('service-kit: page query', () => {
     expect(Query.parse({ limit: '25', cursor: 'abc' })).toEqual({ limit: 25, cursor: 'abc' });
   });
 
-  it.each([['0'], ['1001'], ['2.5'], ['ten']])('refuses the limit %s', (limit) => {
+  it.each([['0'], ['1001'], ['2.5'], ['ten'], ['0x10'], ['1e2'], [' 7'], [''], [['1', '2']]])('refuses the limit %j', (limit) => {
     expect(Query.safeParse({ limit }).success).toBe(false);
   });
 

@@ -9,7 +9,7 @@ import { listBillings, loadPayoutBalances, type BillingRecord } from './reposito
 
 const AnnotatorParams = z.object({ annotatorId: AnnotatorId });
 const TaskParams = z.object({ taskId: TaskId });
-const PayoutQuery = z.object({ ...PageQuery });
+const PayoutQuery = z.strictObject({ ...PageQuery });
 
 const toEntryView = ({ createdAt, ...e }: LedgerRecord) => ({ ...e, createdAt: createdAt.toISOString() });
 

@@ -20,7 +20,7 @@ const DecideBody = z
   })
   .strict();
 const TaskParams = z.object({ taskId: TaskId });
-const ListQuery = z.object({
+const ListQuery = z.strictObject({
   status: z.enum(Object.values(ReviewStatus) as [ReviewStatus, ...ReviewStatus[]]).optional(),
   ...PageQuery,
 });

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { Permission, projectsWith } from '@labelflow/auth';
 import { storable, TaskId, type ProjectId } from '@labelflow/contracts';
-import { guard, HttpError, parseInput, type ServiceContext } from '@labelflow/service-kit';
+import { guard, HttpError, parseInput, queryInt, type ServiceContext } from '@labelflow/service-kit';
 import type { SagaMonitorConfig } from '../config';
 import { deadLettersOf } from './dead-letters';
 import { findSaga, overdueWatches, sagaEvents, sagaWatches, searchSagas, type EventDbRow, type SagaView, type StuckRow } from './repository';
@@ -10,12 +10,12 @@ import { describe, EventKind, kindOf } from './timeline';
 import { pageSecurityPolicy, renderPage } from './ui';
 
 const TaskParams = z.object({ taskId: TaskId });
-const SearchQuery = z.object({
+const SearchQuery = z.strictObject({
   /** A task id, or a task number such as PRJ-17 (any case). */
   search: storable(z.string().trim().min(1).max(64)).optional(),
-  limit: z.coerce.number().int().min(1).max(200).default(50),
+  limit: queryInt(1, 200).default(50),
 });
-const AlertsQuery = z.object({ limit: z.coerce.number().int().min(1).max(1000).default(200) });
+const AlertsQuery = z.strictObject({ limit: queryInt(1, 1000).default(200) });
 
 const sagaNotFound = (taskId: string) => ({ code: 'SAGA_NOT_FOUND', message: `no saga for task ${taskId} (yet)` });
 

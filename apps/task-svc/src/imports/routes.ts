@@ -14,7 +14,7 @@ import { loadImport } from './repository';
 
 const NDJSON = 'application/x-ndjson';
 const ImportParams = z.object({ projectId: ProjectId });
-const ImportQuery = z.object({ importId: z.uuid() });
+const ImportQuery = z.strictObject({ importId: z.uuid() });
 const ImportJobParams = z.object({ projectId: ProjectId, importId: z.uuid() });
 
 const statusFor: Record<ImportErrorCode, number> = {

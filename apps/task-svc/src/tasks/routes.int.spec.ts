@@ -255,6 +255,9 @@ describe('task-svc routes, answered in-process', () => {
     it('answers 400 VALIDATION_FAILED for a bad filter or limit, and 400 CURSOR_INVALID for a cursor it did not issue', async () => {
       expect(refusal(await svc.http(listedManager).get('/tasks?status=bogus&limit=0'))).toEqual({ status: 400, code: 'VALIDATION_FAILED', paths: ['query.status', 'query.limit'] });
       expect(refusal(await svc.http(listedManager).get('/tasks?cursor=bm90LWpzb24'))).toEqual({ status: 400, code: 'CURSOR_INVALID' });
+      // A misspelt filter is not silently no filter: every project's tasks would be listed.
+      expect(refusal(await svc.http(listedManager).get(`/tasks?projectID=${listed}`))).toEqual({ status: 400, code: 'VALIDATION_FAILED', paths: ['query'] });
+      expect(refusal(await svc.http(listedManager).get('/tasks?limit=0x10'))).toEqual({ status: 400, code: 'VALIDATION_FAILED', paths: ['query.limit'] });
     });
 
     it('answers 401 without a token', async () => {

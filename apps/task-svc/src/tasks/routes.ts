@@ -4,7 +4,7 @@ import { createSegmentAllocator, formatTaskNumber, ProjectKey } from '@labelflow
 import { z } from 'zod';
 import { can, canSeeProject, Permission, projectsWith } from '@labelflow/auth';
 import { AnnotatorId, Attempt, DataUri, ProjectId, storable, TaskId } from '@labelflow/contracts';
-import { awaitTask, clientGone, decodeCursor, encodeCursor, guard, honourPreferWait, HttpError, PageQuery, parseInput, type PoolClient, type ServiceContext } from '@labelflow/service-kit';
+import { awaitTask, clientGone, decodeCursor, encodeCursor, guard, honourPreferWait, HttpError, PageQuery, parseInput, queryInt, type PoolClient, type ServiceContext } from '@labelflow/service-kit';
 import type { TaskSvcConfig } from '../config';
 import type { TaskCommand, TaskRejection } from './decide';
 import { executeTask, type TaskSeen } from './execute';
@@ -20,7 +20,7 @@ const DEFAULT_PROJECT_KEY = 'TASK';
 const ClaimBody = z.object({ annotatorId: AnnotatorId.optional() }).strict().optional();
 const CancelBody = z.object({ reason: storable(z.string().trim().min(1).max(2000)) }).strict();
 const TaskParams = z.object({ taskId: TaskId });
-const ListQuery = z.object({
+const ListQuery = z.strictObject({
   projectId: ProjectId.optional(),
   status: z.enum(Object.values(TaskStatus) as [string, ...string[]]).optional(),
   ...PageQuery,
@@ -31,7 +31,8 @@ const StatusList = z
   .transform((value) => [value].flat().flatMap((s) => s.split(',')).map((s) => s.trim()))
   .pipe(z.array(z.enum(Object.values(TaskStatus) as [TaskStatus, ...TaskStatus[]])).min(1));
 /** What the task must look like for a `Prefer: wait` read to answer before its wait is over. */
-const WaitConditions = z.object({ status: StatusList.optional(), minAttempt: z.coerce.number().pipe(Attempt).optional() });
+// Strict: a misspelt condition (`?stauts=`) would otherwise be no condition, answered at once.
+const WaitConditions = z.strictObject({ status: StatusList.optional(), minAttempt: queryInt(1, Number.MAX_SAFE_INTEGER).pipe(Attempt).optional() });
 type WaitConditions = z.infer<typeof WaitConditions>;
 const matches = (task: TaskRecord, { status, minAttempt }: WaitConditions) => (!status || status.includes(task.status)) && (minAttempt === undefined || task.attempt >= minAttempt);
 
