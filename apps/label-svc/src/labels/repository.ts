@@ -44,24 +44,32 @@ const toLabel = (r: LabelRow): Label => ({
   billed: r.billed,
 });
 
+/** The task's row: its assignment and cancellation tombstone, locked when asked. */
+async function loadTaskRow(db: Queryable, taskId: TaskId, lock: boolean): Promise<{ readonly assignment: Assignment | null; readonly cancelled: boolean }> {
+  const { rows } = await db.query<AssignmentRow>(
+    `SELECT project_id, attempt, annotator_id, lease_expires_at, cancelled_at, version FROM assignments WHERE task_id = $1${lock ? ' FOR UPDATE' : ''}`,
+    [taskId],
+  );
+  const row = rows[0];
+  return { assignment: row ? toAssignment(row) : null, cancelled: row?.cancelled_at != null };
+}
+
+/** The task's assignment and tombstone alone, unlocked: what a request checks (its project) before it reads or runs anything more. */
+export const loadTaskHead = (db: Queryable, taskId: TaskId) => loadTaskRow(db, taskId, false);
+
+/** The task's assignment alone, unlocked. */
+export async function loadAssignment(db: Queryable, taskId: TaskId): Promise<Assignment | null> {
+  return (await loadTaskHead(db, taskId)).assignment;
+}
+
 /**
  * Loads and locks the task's row (assignment, lease and cancellation tombstone), so two submissions
  * or reactions for one task serialize. A task without a row races to its primary key instead.
  */
-/** The task's assignment alone, unlocked: what a request checks before it runs a command (its project). */
-export async function loadAssignment(db: Queryable, taskId: TaskId): Promise<Assignment | null> {
-  const { rows } = await db.query<AssignmentRow>('SELECT project_id, attempt, annotator_id, lease_expires_at, cancelled_at, version FROM assignments WHERE task_id = $1', [taskId]);
-  return rows[0] ? toAssignment(rows[0]) : null;
-}
-
 export async function loadLabelTask(db: Queryable, taskId: TaskId, lock = true): Promise<LabelTaskState> {
-  const a = await db.query<AssignmentRow>(
-    `SELECT project_id, attempt, annotator_id, lease_expires_at, cancelled_at, version FROM assignments WHERE task_id = $1${lock ? ' FOR UPDATE' : ''}`,
-    [taskId],
-  );
+  const head = await loadTaskRow(db, taskId, lock);
   const rows = await listLabelRows(db, taskId);
-  const row = a.rows[0];
-  return { ...emptyState(taskId), assignment: row ? toAssignment(row) : null, cancelled: row?.cancelled_at != null, labels: rows.map(toLabel) };
+  return { ...emptyState(taskId), ...head, labels: rows.map(toLabel) };
 }
 
 /**

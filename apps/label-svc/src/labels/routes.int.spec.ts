@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { buildService, listen, loadConfig, type BuiltService } from '@labelflow/service-kit';
 import { as, buildTestService, eventually, freshSnowflake, refusal, type InProcessService } from '@labelflow/testing';
 import { LabelSvcConfig } from '../config';
@@ -130,6 +130,23 @@ describe('label-svc routes, answered in-process', () => {
     it('answers 404 TASK_NOT_FOUND for a task it knows nothing of, and across tenants', async () => {
       expect(refusal(await svc.http(as.admin()).get(`/tasks/${freshSnowflake()}/labels`))).toEqual({ status: 404, code: 'TASK_NOT_FOUND' });
       expect(refusal(await svc.http(stranger).get(`/tasks/${assigned}/labels`))).toEqual({ status: 404, code: 'TASK_NOT_FOUND' });
+    });
+
+    it('reads no labels for a caller of another project: the project of the task is checked first', async () => {
+      const pool = svc.built.ctx.pool;
+      const statements: string[] = [];
+      const query = pool.query.bind(pool);
+      const spy = vi.spyOn(pool, 'query').mockImplementation(((text: unknown, ...rest: unknown[]) => {
+        statements.push(typeof text === 'string' ? text : String((text as { text?: string }).text));
+        return (query as (...a: unknown[]) => unknown)(text, ...rest);
+      }) as typeof pool.query);
+      try {
+        expect(refusal(await svc.http(stranger).get(`/tasks/${assigned}/labels`))).toEqual({ status: 404, code: 'TASK_NOT_FOUND' });
+      } finally {
+        spy.mockRestore();
+      }
+      expect(statements.filter((s) => /FROM labels/.test(s))).toEqual([]);
+      expect(statements.filter((s) => /FROM assignments/.test(s))).toHaveLength(1);
     });
   });
 });

@@ -7,7 +7,7 @@ import { clientGone, guard, honourPreferWait, HttpError, parseInput, retryWhileN
 import type { LabelSvcConfig } from '../config';
 import type { LabelRejection } from './decide';
 import { executeLabel } from './execute';
-import { listLabelRows, loadAssignment, loadLabelTask } from './repository';
+import { listLabelRows, loadAssignment, loadTaskHead } from './repository';
 
 // Strict down to each annotation: a misspelt field (`confidnce`) is an error, not silently dropped.
 // The annotator is the caller; an `annotatorId`, if sent, must name the caller.
@@ -76,17 +76,17 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
 
   app.get('/tasks/:taskId/labels', async (request) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
-    const state = await loadLabelTask(ctx.pool, taskId, false);
-    const rows = await listLabelRows(ctx.pool, taskId);
-    const { assignment } = state;
+    // The task's project first: a caller of another project learns nothing, and costs one row's read.
+    const { assignment, cancelled } = await loadTaskHead(ctx.pool, taskId);
     if (!assignment) throw new HttpError(404, 'TASK_NOT_FOUND', `label-svc knows nothing of task ${taskId}`);
     guard(request, Permission.labelsRead, assignment.projectId, taskNotFound(taskId));
+    const rows = await listLabelRows(ctx.pool, taskId);
     // Who labelled is shown to that annotator and to whoever may see people (managers, owners, admins).
     const people = can(request.principal, Permission.peopleRead, assignment.projectId);
     const person = (id: string | null) => (id === null || people || id === request.principal.subject ? { annotatorId: id } : {});
     return {
       taskId,
-      cancelled: state.cancelled,
+      cancelled,
       assignment: { attempt: assignment.attempt, ...person(assignment.annotatorId), projectId: assignment.projectId, leaseExpiresAt: assignment.leaseExpiresAt },
       labels: rows.map((r) => ({
         attempt: r.attempt,

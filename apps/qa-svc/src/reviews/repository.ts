@@ -151,6 +151,12 @@ export async function listReviewRows(db: Queryable, filter: Omit<ReviewListFilte
   return (await pageReviewRows(db, { ...filter, projectIds: filter.projectIds ?? 'all' })).items;
 }
 
+/** The project of the task's newest review (the primary key's last row), or undefined before its first: what a request checks before it reads more. */
+export async function reviewProjectOf(db: Queryable, taskId: string): Promise<ProjectId | undefined> {
+  const { rows } = await db.query<{ project_id: string }>('SELECT project_id FROM reviews WHERE task_id = $1 ORDER BY attempt DESC LIMIT 1', [taskId]);
+  return rows[0]?.project_id as ProjectId | undefined;
+}
+
 /** Whether the task was cancelled, for the views. */
 export async function isCancelled(db: Queryable, taskId: string): Promise<boolean> {
   const { rows } = await db.query<{ cancelled_at: Date | null }>('SELECT cancelled_at FROM review_tasks WHERE task_id = $1', [taskId]);

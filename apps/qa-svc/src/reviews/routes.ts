@@ -7,7 +7,7 @@ import { clientGone, decodeCursor, encodeCursor, guard, honourPreferWait, HttpEr
 import type { QaSvcConfig } from '../config';
 import { ReviewDecision, type ReviewRejection } from './decide';
 import { executeReview } from './execute';
-import { isCancelled, listReviewRows, pageReviewRows, ReviewListPosition } from './repository';
+import { isCancelled, listReviewRows, pageReviewRows, reviewProjectOf, ReviewListPosition } from './repository';
 import { ReviewStatus } from './state';
 
 const DecideBody = z
@@ -66,10 +66,13 @@ const reviewNotFound = (taskId: string) => ({ code: 'REVIEW_NOT_FOUND', message:
 export function reviewRoutes(app: FastifyInstance, ctx: ServiceContext<QaSvcConfig>): void {
   /** `cancelled`: whether the task is cancelled, when the caller already knows it (no second read). */
   const latestView = async (request: FastifyRequest, taskId: string, db: Queryable = ctx.pool, cancelled?: boolean) => {
+    // The project first: a caller of another project learns nothing, and costs one row's read.
+    const projectId = await reviewProjectOf(db, taskId);
+    if (!projectId) throw new HttpError(404, 'REVIEW_NOT_FOUND', `no review for task ${taskId} (yet)`);
+    guard(request, Permission.reviewRead, projectId, reviewNotFound(taskId));
     const rows = await listReviewRows(db, { taskId, limit: 1000 });
     const latest = rows[rows.length - 1];
     if (!latest) throw new HttpError(404, 'REVIEW_NOT_FOUND', `no review for task ${taskId} (yet)`);
-    guard(request, Permission.reviewRead, latest.project_id as ProjectId, reviewNotFound(taskId));
     return { ...toView(latest, request), taskCancelled: cancelled ?? (await isCancelled(db, taskId)), history: rows.map((r) => toView(r, request)) };
   };
 
@@ -94,9 +97,9 @@ export function reviewRoutes(app: FastifyInstance, ctx: ServiceContext<QaSvcConf
         // Until the labels arrive there is no review and no project to check: REVIEW_NOT_FOUND (not yet).
         // Without a review nothing is decided, whatever the task's state, and no other answer would
         // tell a task that exists elsewhere from one that does not.
-        const [latest] = (await listReviewRows(ctx.pool, { taskId, limit: 1000 })).slice(-1);
-        if (!latest) throw new HttpError(404, 'REVIEW_NOT_FOUND', reviewNotFound(taskId).message);
-        guard(request, Permission.reviewDecide, latest.project_id as ProjectId, reviewNotFound(taskId));
+        const projectId = await reviewProjectOf(ctx.pool, taskId);
+        if (!projectId) throw new HttpError(404, 'REVIEW_NOT_FOUND', reviewNotFound(taskId).message);
+        guard(request, Permission.reviewDecide, projectId, reviewNotFound(taskId));
         return request.idempotent({}, async (tx, key) => {
           const result = await executeReview(tx, { type: 'DecideReview', taskId, reviewerId, ...body });
           if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);

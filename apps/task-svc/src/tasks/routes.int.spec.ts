@@ -95,6 +95,14 @@ describe('task-svc routes, answered in-process', () => {
       expect(refusal(await svc.http(manager).post('/tasks', { projectId: project, title: 't', dataUri: 's3://b/d' }))).toEqual({ status: 400, code: 'IDEMPOTENCY_KEY_REQUIRED' });
     });
 
+    it('costs the project no task number for a request refused for its Idempotency-Key', async () => {
+      const fresh = randomUUID();
+      const admin = as.admin();
+      const refused = await svc.http(admin).post('/tasks', { projectId: fresh, title: 't', dataUri: 's3://b/d', projectKey: 'GAMMA' }, { 'idempotency-key': 'k'.repeat(300) });
+      expect(refusal(refused)).toMatchObject({ status: 400, code: 'IDEMPOTENCY_KEY_INVALID' });
+      expect((await createTask(admin, fresh, { projectKey: 'GAMMA' })).taskNumber).toBe('GAMMA-1');
+    });
+
     it('answers 409 PROJECT_KEY_MISMATCH when a task names another key than the project numbers its tasks with', async () => {
       const keyed = randomUUID();
       const admin = as.admin();

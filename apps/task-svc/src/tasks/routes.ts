@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { IdempotentOptions } from '@labelflow/idempotency';
+import { checkIdempotencyKey, type IdempotentOptions } from '@labelflow/idempotency';
 import { createSegmentAllocator, formatTaskNumber, ProjectKey } from '@labelflow/idgen';
 import { z } from 'zod';
 import { can, canSeeProject, Permission, projectsWith } from '@labelflow/auth';
@@ -108,8 +108,10 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
     // Drawn before the transaction opens: fetching the next segment needs a connection of its own,
     // and requests that each held one while waiting for another would starve the pool under load.
     // A number drawn by a request that then fails or is replayed is skipped: gaps, never duplicates.
-    // Only for a request that will run: without its Idempotency-Key it is answered 400 below.
-    const number = request.headers['idempotency-key'] === undefined ? 0 : await numbers.next(body.projectId);
+    // Only for a request that will run: without a valid Idempotency-Key it is answered 400 below,
+    // and must not cost the project a number (nor a segment's write).
+    const key = request.headers['idempotency-key'];
+    const number = key === undefined || !checkIdempotencyKey(key).ok ? 0 : await numbers.next(body.projectId);
     const create = async (tx: PoolClient): Promise<Command> => {
       const registered = await projectKeyFor(tx, body.projectId, projectKey, DEFAULT_PROJECT_KEY);
       if ('conflict' in registered) throw new HttpError(409, 'PROJECT_KEY_MISMATCH', `project ${body.projectId} numbers its tasks as ${registered.conflict}, not ${projectKey}`);
