@@ -1,3 +1,4 @@
+import { AuthError, AuthErrors } from './errors';
 import { link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { JSONWebKeySet, JWK } from 'jose';
@@ -37,7 +38,7 @@ export async function loadOrCreateDevKey(file = devKeyFile()): Promise<DevKey> {
     await rm(temp, { force: true });
   }
   const created = await readKey(file);
-  if (!created) throw new Error(`could not create the development signing key at ${file}`);
+  if (!created) throw new AuthError(AuthErrors.CONFIG_INVALID, `could not create the development signing key at ${file}`);
   return created;
 }
 
@@ -50,6 +51,6 @@ async function readKey(file: string): Promise<DevKey | undefined> {
     throw error;
   }
   const privateJwk = JSON.parse(text) as JWK;
-  if (typeof privateJwk.d !== 'string') throw new Error(`${file} is not a private JWK`);
+  if (typeof privateJwk.d !== 'string') throw new AuthError(AuthErrors.CONFIG_INVALID, `${file} is not a private JWK`);
   return { privateJwk, publicJwks: publicJwksOf(privateJwk) };
 }

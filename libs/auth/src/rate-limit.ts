@@ -1,3 +1,4 @@
+import { AuthError, AuthErrors } from './errors';
 import type { Redis } from 'ioredis';
 import { boundedRedisCall, CircuitBreaker, type BreakerOptions } from '@labelflow/plumbing';
 
@@ -62,7 +63,7 @@ type RedisWithGcra = Redis & { labelflowGcra(key: string, intervalUs: number, to
  * closed would turn a Redis outage into a full outage, one that fails open would drop the limit.
  */
 export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
-  if (!(options.perSecond > 0) || !(options.burst >= 1)) throw new RangeError('perSecond must be > 0 and burst >= 1');
+  if (!(options.perSecond > 0) || !(options.burst >= 1)) throw new AuthError(AuthErrors.CONFIG_INVALID, 'perSecond must be > 0 and burst >= 1');
   const intervalUs = Math.ceil(1_000_000 / options.perSecond);
   const toleranceUs = intervalUs * Math.floor(options.burst);
   const local = localGcra(intervalUs, toleranceUs, options.localCapacity ?? 10_000, options.nowMs ?? Date.now);

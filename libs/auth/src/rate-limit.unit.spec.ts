@@ -27,6 +27,6 @@ describe('the local rate limiter', () => {
   });
 
   it('refuses settings that allow nothing', () => {
-    expect(() => createRateLimiter({ namespace: 't', perSecond: 0, burst: 1 })).toThrow(RangeError);
+    expect(() => createRateLimiter({ namespace: 't', perSecond: 0, burst: 1 })).toThrow(expect.objectContaining({ code: 'AUTH_CONFIG_INVALID' }));
   });
 });

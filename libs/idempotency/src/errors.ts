@@ -16,6 +16,8 @@ export const IdempotencyErrors = {
   REDIS_UNAVAILABLE: 'IDEMPOTENCY_REDIS_UNAVAILABLE',
   REDIS_TIMEOUT: 'IDEMPOTENCY_REDIS_TIMEOUT',
   CONFIG_INVALID: 'IDEMPOTENCY_CONFIG_INVALID',
+  /** A key's record kept appearing and expiring under the claim three times over: retriable. */
+  STORE_CONTENDED: 'IDEMPOTENCY_STORE_CONTENDED',
 } as const;
 export type IdempotencyErrorCode = (typeof IdempotencyErrors)[keyof typeof IdempotencyErrors];
 

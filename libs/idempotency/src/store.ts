@@ -1,3 +1,4 @@
+import { IdempotencyError, IdempotencyErrors } from './errors';
 import type { Queryable } from '@labelflow/plumbing';
 
 /**
@@ -83,7 +84,7 @@ export async function claimIdempotencyKey(
     const record = found.rows[0] && toRecord(found.rows[0]);
     if (record) return { claimed: false, record };
   }
-  throw new Error(`idempotency key ${entry.key} could not be claimed nor read`);
+  throw new IdempotencyError(IdempotencyErrors.STORE_CONTENDED, `idempotency key ${entry.key} could not be claimed nor read`, { retriable: true });
 }
 
 /** Writes the command's response into the claimed row, in the same transaction as its effects. */

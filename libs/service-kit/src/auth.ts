@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { authorize, checkVerifierOptions, createRateLimiter, createTokenVerifier, type AuthHookOptions, type Permission, type TokenVerifierOptions } from '@labelflow/auth';
 import type { ProjectId } from '@labelflow/contracts';
 import type { Logger, Metrics } from '@labelflow/telemetry';
-import { HttpError } from './errors';
+import { HttpError, ServiceKitError, ServiceKitErrors } from './errors';
 
 /** The resource server's settings: who issues tokens, for whom, with which keys; and rate limits. */
 export const AuthConfigShape = {
@@ -89,7 +89,7 @@ export const authConfigProblems = (config: AuthConfig): string[] => verifierOpti
 /** The authentication hook's options for a service: verifier from config, limits shared through Redis. */
 export function authFromConfig(config: AuthConfig, deps: { redis?: Redis; namespace: string; logger: Logger; metrics?: Metrics }): AuthHookOptions {
   const { options, problems } = verifierOptions(config);
-  if (!options || problems.length > 0) throw new Error(`invalid auth settings: ${problems.join('; ')}`);
+  if (!options || problems.length > 0) throw new ServiceKitError(ServiceKitErrors.CONFIG_INVALID, `invalid auth settings: ${problems.join('; ')}`, { details: problems });
   const refused = deps.metrics?.counter('http_auth_refused_total', 'Requests refused before any route ran, by reason', ['code']);
   const fallbacks = deps.metrics?.counter('rate_limit_local_decisions_total', 'Rate-limit decisions taken without Redis (it did not answer)', []);
   let warned = 0;

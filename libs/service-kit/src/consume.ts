@@ -1,3 +1,4 @@
+import { ServiceKitError, ServiceKitErrors } from './errors';
 import { dedupTypeOf, type ConsumedEvent, type ConsumedOf, type ConsumedType, type DomainEvent, type TaskId } from '@labelflow/contracts';
 import { formatKey, recordManyInInbox, type DedupGate, type DedupKey } from '@labelflow/dedup';
 import type { BatchProcessor, Delivery, DeliveryOutcome } from '@labelflow/messaging';
@@ -99,7 +100,7 @@ export function preloadedStore<S, E extends ConsumedEvent = DomainEvent>(deps: {
       return {
         get(taskId) {
           const state = current.get(taskId);
-          if (state === undefined) throw new Error(`task ${taskId} was not loaded with its batch`);
+          if (state === undefined) throw new ServiceKitError(ServiceKitErrors.INVARIANT_BROKEN, `task ${taskId} was not loaded with its batch`);
           return state;
         },
         set(taskId, _previous, next) {
@@ -164,7 +165,7 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
   const byType = new Map<ConsumedType, EventConsumer<X>>();
   for (const consumer of deps.consumers) {
     for (const type of consumer.types) {
-      if (byType.has(type)) throw new Error(`two capabilities react to ${type}`);
+      if (byType.has(type)) throw new ServiceKitError(ServiceKitErrors.DEFINITION_INVALID, `two capabilities react to ${type}`);
       byType.set(type, consumer);
     }
   }

@@ -1,3 +1,4 @@
+import { ServiceKitError, ServiceKitErrors } from './errors';
 import { setFlagsFromString } from 'node:v8';
 
 /**
@@ -13,7 +14,7 @@ import { setFlagsFromString } from 'node:v8';
  * service built inside a test runner.
  */
 export function limitHeapGrowth(percent: number): void {
-  if (!Number.isInteger(percent) || percent < 0) throw new RangeError(`heap growing percent must be a whole number ≥ 0, got ${percent}`);
+  if (!Number.isInteger(percent) || percent < 0) throw new ServiceKitError(ServiceKitErrors.CONFIG_INVALID, `heap growing percent must be a whole number ≥ 0, got ${percent}`);
   if (percent === 0) return;
   setFlagsFromString(`--heap-growing-percent=${percent}`);
 }

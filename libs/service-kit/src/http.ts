@@ -61,7 +61,7 @@ export function readinessProbe(probes: HttpAppDeps['readiness'], { timeoutMs, lo
   const once = async ([name, probe]: [string, () => Promise<unknown>]): Promise<[string, string]> => {
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+      timer = setTimeout(() => reject(new ServiceKitError(ServiceKitErrors.DEPENDENCY_DOWN, `no answer within ${timeoutMs} ms`, { retriable: true })), timeoutMs);
       timer.unref();
     });
     try {

@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Metrics } from '@labelflow/telemetry';
-import { HttpError } from './errors';
+import { HttpError, ServiceKitError, ServiceKitErrors } from './errors';
 import type { TaskSignals } from './signals';
 
 export const PREFER_HEADER = 'prefer';
@@ -73,7 +73,7 @@ export interface LongPollQuota {
 }
 
 export function createLongPollQuota(perCaller: number = DEFAULT_LONG_POLLS_PER_CALLER, recheckMs: number = RECHECK_MS): LongPollQuota {
-  if (!Number.isInteger(perCaller) || perCaller < 1) throw new RangeError(`perCaller must be a positive integer, got ${perCaller}`);
+  if (!Number.isInteger(perCaller) || perCaller < 1) throw new ServiceKitError(ServiceKitErrors.CONFIG_INVALID, `perCaller must be a positive integer, got ${perCaller}`);
   const held = new Map<string, number>();
   return {
     recheckMs,

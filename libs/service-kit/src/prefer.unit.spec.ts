@@ -53,7 +53,7 @@ describe('service-kit: each caller\'s share of the waiting requests', () => {
     first?.();
     expect(quota.waiting('ann')).toBe(1);
     expect(quota.tryTake('ann')).toBeTypeOf('function');
-    expect(() => createLongPollQuota(0)).toThrow(RangeError);
+    expect(() => createLongPollQuota(0)).toThrow(expect.objectContaining({ code: 'CONFIG_INVALID' }));
   });
 
   it('answers a caller out of slots at once, without Preference-Applied, and honours the wait again once a response is over', async () => {

@@ -1,3 +1,4 @@
+import { ServiceKitError, ServiceKitErrors } from '../errors';
 import type { FastifyInstance } from 'fastify';
 import { idempotencyPlugin } from '@labelflow/idempotency';
 import { authFromConfig } from '../auth';
@@ -33,7 +34,7 @@ export async function wireHttp<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceC
         ? {
             consumer: async () => {
               const { reason } = consumer.health();
-              if (reason !== undefined) throw new Error(reason);
+              if (reason !== undefined) throw new ServiceKitError(ServiceKitErrors.DEPENDENCY_DOWN, reason, { retriable: true });
             },
           }
         : {}),
