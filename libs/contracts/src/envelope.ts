@@ -20,7 +20,7 @@ const envelopeBase = {
  * its payload. Every event on every topic has this shape.
  */
 export function defineEvent<const T extends string, const V extends number, P extends z.ZodType>(type: T, version: V, payload: P) {
-  return z.object({ ...envelopeBase, type: z.literal(type), version: z.literal(version), payload }).readonly();
+  return z.object({ ...envelopeBase, type: z.literal(type), version: z.literal(version), payload: payload.readonly() }).readonly();
 }
 
 /** The envelope alone, for code that routes or dedups without knowing the payload. */

@@ -17,7 +17,7 @@ export const WorkDurationMs = z.number().int().min(0).max(30 * 24 * 3_600_000);
 
 const labelPayload = {
   annotatorId: AnnotatorId,
-  annotations: z.array(Annotation).min(1).max(1000),
+  annotations: z.array(Annotation.readonly()).min(1).max(1000).readonly(),
 };
 
 /** Version 1: what label-svc wrote before `durationMs`, and what an instance pinned to `LABEL_EVENT_VERSION=1` still writes. */

@@ -27,6 +27,18 @@ describe('contracts: per-topic event unions', () => {
     expect(TopicSchemas[topic].safeParse(event).success).toBe(true);
   });
 
+  it('hands out parsed events read-only to the leaf: the payload and its annotations cannot be changed by a consumer', () => {
+    const parsed = TopicSchemas.label.parse({ ...envelope, version: 2, producer: 'label-svc', type: 'LabelSubmitted', payload: { annotatorId: 'alice', annotations: [{ label: 'cat' }], durationMs: null } });
+    if (parsed.type !== 'LabelSubmitted') throw new Error('expected LabelSubmitted');
+    // @ts-expect-error the payload is read-only
+    expect(() => (parsed.payload.annotatorId = 'mallory')).toThrow(TypeError);
+    // @ts-expect-error the annotations are a read-only array
+    expect(() => parsed.payload.annotations.push({ label: 'dog' })).toThrow(TypeError);
+    // @ts-expect-error each annotation is read-only
+    expect(() => (parsed.payload.annotations[0]!.label = 'dog')).toThrow(TypeError);
+    expect(parsed.payload).toEqual({ annotatorId: 'alice', annotations: [{ label: 'cat' }], durationMs: null });
+  });
+
   it('rejects an event without a projectId', () => {
     const result = TopicSchemas.billing.safeParse(without(billingCompleted, 'projectId'));
 
