@@ -8,7 +8,7 @@ const infra = ['kafkajs', 'pg', 'ioredis', 'fastify', 'pino', 'prom-client', '@o
 // plumbing). docs/architecture.md "Module boundaries" draws the same map.
 const layers = ['layer:0-contracts', 'layer:1-telemetry', 'layer:2-plumbing', 'layer:3-infra', 'layer:4-service-kit', 'layer:5-app'];
 const below = (layer) => layers.slice(0, layers.indexOf(layer));
-const services = ['task-svc', 'label-svc', 'qa-svc', 'billing-svc'];
+const services = ['task-svc', 'label-svc', 'qa-svc', 'billing-svc', 'saga-monitor'];
 
 /**
  * Test code (specs, test-support) may also import libs/testing, and an infrastructure lib's
@@ -36,11 +36,12 @@ const boundaries = ({ testCode }) => {
         { sourceTag: 'type:contracts', onlyDependOnLibsWithTags: ['type:contracts', ...testing], bannedExternalImports: infra },
         { sourceTag: 'type:lib', onlyDependOnLibsWithTags: ['type:contracts', 'type:lib', ...testing] },
         { sourceTag: 'type:testing', onlyDependOnLibsWithTags: ['type:contracts', 'type:lib'] },
-        // Services see each other only through contracts; telemetry stays at the edges (libs).
+        // Services see each other only through contracts; telemetry stays at the edges (libs), and
+        // Kafka is reached through @labelflow/messaging (its consumer shell, retries, dead letters).
         {
           sourceTag: 'type:app',
           onlyDependOnLibsWithTags: ['type:contracts', 'type:lib', ...testing],
-          bannedExternalImports: ['@opentelemetry/*', 'prom-client'],
+          bannedExternalImports: ['@opentelemetry/*', 'prom-client', ...(testCode ? [] : ['kafkajs'])],
         },
         // The auditor reads every service's database by design: it is an operations tool, not a service.
         { sourceTag: 'type:tool', onlyDependOnLibsWithTags: ['type:contracts', 'type:lib', 'type:tool', ...testing] },

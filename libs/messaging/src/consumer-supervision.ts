@@ -22,6 +22,8 @@ export const defaultRestart: RestartPolicy = { initialMs: 1_000, maxMs: 30_000, 
  * or closed.
  */
 export type ConsumerState = 'stopped' | 'starting' | 'running' | 'restarting';
+/** What a supervised consumer runs with (kafkajs's `consumer.run` options), so its callers need not import kafkajs. */
+export type SupervisedRunConfig = ConsumerRunConfig;
 
 export interface ConsumerHealth {
   readonly state: ConsumerState;

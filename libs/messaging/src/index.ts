@@ -8,6 +8,6 @@ export { kafkajsOffsets, LOG_START_EVERY, type OffsetsSource, type PartitionOffs
 export * from './offsets-reader';
 export { EVENT_TYPE_HEADER, type BatchProcessor, type Delivery, type DeliveryOutcome, type MessageMeta, type TopicBinding } from './consumer-batch';
 export { defaultIsRetriable, type RetryPolicy } from './consumer-retry';
-export { defaultRestart, superviseConsumer, type ConsumerHealth, type ConsumerState, type RestartPolicy, type Supervision } from './consumer-supervision';
+export { defaultRestart, superviseConsumer, type ConsumerHealth, type ConsumerState, type RestartPolicy, type SupervisedRunConfig, type Supervision } from './consumer-supervision';
 export { createConsumerMetrics } from './consumer-metrics';
 export * from './partitioner';

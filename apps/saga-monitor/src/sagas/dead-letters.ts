@@ -1,6 +1,5 @@
 import { TopicOwners } from '@labelflow/contracts';
-import type { ConsumerRunConfig } from 'kafkajs';
-import { createConsumerMetrics, createKafka, defaultRestart, ensureTopics, superviseConsumer } from '@labelflow/messaging';
+import { createConsumerMetrics, createKafka, defaultRestart, ensureTopics, superviseConsumer, type SupervisedRunConfig } from '@labelflow/messaging';
 import { deadLetterTopic, kafkaSecurity, type Lifecycle, type Pool, type Queryable } from '@labelflow/service-kit';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { SagaMonitorConfig } from '../config';
@@ -110,7 +109,7 @@ export async function startDeadLetterFollower(deps: { readonly config: SagaMonit
   // Each service creates its own DLQ at start; the monitor may start first.
   await ensureTopics(kafka, topics, config.KAFKA_TOPIC_PARTITIONS, { replicationFactor: config.KAFKA_TOPIC_REPLICATION_FACTOR, configs: Object.fromEntries(topics.map((t) => [t, { 'retention.ms': String(config.DEDUP_INBOX_RETENTION_MS) }])) });
   const consumer = kafka.consumer({ groupId: `${prefix}.saga-monitor.dead-letters`, sessionTimeout: config.KAFKA_SESSION_TIMEOUT_MS });
-  const runConfig: ConsumerRunConfig = {
+  const runConfig: SupervisedRunConfig = {
     eachMessage: async ({ topic, partition, message }) => {
       const row = readDeadLetter(topic, partition, message, prefix);
       if (await recordDeadLetter(pool, row)) recorded.inc({ source_service: row.service });
