@@ -35,6 +35,8 @@ export interface ImportDeps {
   readonly settings: ImportSettings;
   /** Waits between retries of a batch. */
   readonly sleep: (ms: number) => Promise<void>;
+  /** A number in [0, 1) for the retries' jitter; Math.random when absent (tests pin it). */
+  readonly random?: () => number;
   /** Told of every committed batch (the routes turn it into metrics). */
   readonly onBatch?: (outcome: { readonly seconds: number; readonly lines: number; readonly created: number; readonly alreadyPresent: number; readonly rejected: number }) => void;
 }
@@ -274,7 +276,7 @@ async function withRetries<T>(deps: ImportDeps, attempt: () => Promise<T>): Prom
         throw error;
       }
       deps.logger.warn({ err: error, tries }, 'import batch failed on a transient error; retrying');
-      await deps.sleep(delay + Math.floor(Math.random() * delay * 0.2));
+      await deps.sleep(delay + Math.floor((deps.random ?? Math.random)() * delay * 0.2));
     }
   }
 }
