@@ -1,4 +1,6 @@
+import { context, isSpanContextValid, trace } from '@opentelemetry/api';
 import { pino, type DestinationStream, type Logger, type LoggerOptions } from 'pino';
+import { activeTracer } from './tracer-registry';
 
 export type { Logger } from 'pino';
 
@@ -9,7 +11,18 @@ export interface LoggerDeps {
   readonly destination?: NodeJS.WritableStream;
 }
 
+/**
+ * While a tracer records, a line written inside a span names it (`trace_id`, `span_id`), so a
+ * "processing failed; retrying" or an "unhandled error" leads to its trace. Without one, nothing
+ * is looked up: no context is active to read.
+ */
+const traceOfLine = (): Record<string, string> => {
+  if (activeTracer() === undefined) return {};
+  const span = trace.getSpanContext(context.active());
+  return span && isSpanContextValid(span) ? { trace_id: span.traceId, span_id: span.spanId } : {};
+};
+
 export function createLogger({ service, level = 'info', destination }: LoggerDeps): Logger {
-  const options: LoggerOptions = { level, base: { service }, timestamp: pino.stdTimeFunctions.isoTime };
+  const options: LoggerOptions = { level, base: { service }, timestamp: pino.stdTimeFunctions.isoTime, mixin: traceOfLine };
   return destination ? pino(options, destination as DestinationStream) : pino(options);
 }

@@ -1,3 +1,4 @@
+import { Writable } from 'node:stream';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { context, propagation, trace } from '@opentelemetry/api';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
@@ -89,6 +90,20 @@ describe('telemetry: tracing on', () => {
   afterEach(async () => {
     await tracing?.shutdown();
     tracing = undefined;
+  });
+
+  it('names the trace and span a log line was written in, and none outside a span', async () => {
+    start();
+    const lines: Record<string, unknown>[] = [];
+    const sink = new Writable({ write: (chunk: Buffer, _enc, done) => (lines.push(JSON.parse(chunk.toString()) as Record<string, unknown>), done()) });
+    const log = createLogger({ service: 'label-svc', destination: sink });
+    const span = startSpan('process TaskAssigned', { kind: 'consumer', headers: { traceparent } })!;
+    await span.run(async () => log.warn('processing failed; retrying'));
+    log.info('outside');
+    span.end();
+    const [recorded] = await finished();
+    expect(lines[0]).toMatchObject({ msg: 'processing failed; retrying', trace_id: TRACE_ID, span_id: recorded!.spanContext().spanId });
+    expect(lines[1]).not.toHaveProperty('trace_id');
   });
 
   it('continues the carried trace and puts the saga facts in attributes and baggage', async () => {
