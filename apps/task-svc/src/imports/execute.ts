@@ -47,9 +47,15 @@ export interface ImportUpload {
   readonly createdBy: string;
   /** The request body, read as it arrives: it is only pulled from while no batch waits to be written. */
   readonly body: AsyncIterable<Buffer | string>;
-  /** The trace the created tasks' events continue (the request's, see `requestTrace`). */
-  readonly trace?: TraceHeaders;
 }
+
+/**
+ * The trace an imported task's events continue: none. Each task's saga starts a trace of its own
+ * (at the relay's publish), where continuing the upload's would put a million sagas in one trace
+ * and link every one of their timelines to it. The `import:<importId>` causation id still says
+ * where each task came from.
+ */
+const OWN_TRACE: TraceHeaders = {};
 
 /** A batch cut from the file, with where in the file it ends. */
 interface Cut extends BatchLines {
@@ -179,7 +185,7 @@ export async function runImport(deps: ImportDeps, upload: ImportUpload): Promise
       }));
       // Every line passed ImportLine, whose limits are TaskCreated's (events.unit.spec.ts proves it
       // over random lines at and past them): checking each event again would only cost time.
-      const events = await deps.prepare(createdEvents(upload.projectId, upload.createdBy, rows), `import:${upload.importId}`, { check: 'first', ...(upload.trace ? { trace: upload.trace } : {}) });
+      const events = await deps.prepare(createdEvents(upload.projectId, upload.createdBy, rows), `import:${upload.importId}`, { check: 'first', trace: OWN_TRACE });
       return { rows, numbers, events };
     });
   };

@@ -88,6 +88,24 @@ describe('task-svc bulk import, answered in-process', () => {
       [projectId],
     );
 
+  it('starts each imported task on a trace of its own, not that of the upload request, and says where it came from', async () => {
+    const projectId = randomUUID();
+    const importId = randomUUID();
+    const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    const answer = await svc.http(as.owner('own-1', projectId)).post<Summary>(`/projects/${projectId}/tasks/import?importId=${importId}`, file([line('t1'), line('t2'), line('t3')]), { ...NDJSON, traceparent });
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200);
+    const rows = await queryRows<{ headers: Record<string, string>; payload: { causationId?: string } }>(
+      svc.databaseUrl,
+      `SELECT headers, payload FROM outbox_messages WHERE event_type = 'TaskCreated' AND payload->>'projectId' = $1`,
+      [projectId],
+    );
+    expect(rows).toHaveLength(3);
+    for (const row of rows) {
+      expect(row.headers).not.toHaveProperty('traceparent');
+      expect(row.payload.causationId).toBe(`import:${importId}`);
+    }
+  });
+
   it('creates one task per distinct valid external id, one TaskCreated each, and reports bad lines by number', async () => {
     const projectId = randomUUID();
     const lines = [line('a'), line('b'), '', 'not json', line('a', 'a again, other title'), '{"externalId":"c","title":"t"}', line('c'), ...Array.from({ length: 12 }, (_, i) => line(`n${i}`)), line('b')];

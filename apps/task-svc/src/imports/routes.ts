@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Permission } from '@labelflow/auth';
 import { ProjectId } from '@labelflow/contracts';
 import { createSegmentAllocator } from '@labelflow/idgen';
-import { guard, HttpError, parseInput, requestTrace, type ServiceContext } from '@labelflow/service-kit';
+import { guard, HttpError, parseInput, type ServiceContext } from '@labelflow/service-kit';
 import { z } from 'zod';
 import type { TaskSvcConfig } from '../config';
 import { summaryOf } from './decide';
@@ -122,7 +122,7 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
       uploading.add(request);
       const body = withIdleLimit((request.body ?? []) as AsyncIterable<Buffer | string>, config.IMPORT_IDLE_MS, () => request.raw.destroy());
       try {
-        const job = await runImport(deps, { projectId, importId, createdBy: request.principal.subject, body, trace: requestTrace(request) });
+        const job = await runImport(deps, { projectId, importId, createdBy: request.principal.subject, body });
         uploads.inc({ outcome: 'completed' });
         return summaryOf(job, ctx.now());
       } catch (error) {
