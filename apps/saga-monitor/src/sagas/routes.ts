@@ -6,7 +6,7 @@ import { guard, HttpError, parseInput, queryInt, type ServiceContext } from '@la
 import type { SagaMonitorConfig } from '../config';
 import { deadLettersOf } from './dead-letters';
 import { findSaga, overdueWatches, sagaEvents, sagaWatches, searchSagas, type EventDbRow, type SagaView, type StuckRow } from './repository';
-import { describe, EventKind, kindOf } from './timeline';
+import { causalOrder, describe, EventKind, kindOf } from './timeline';
 import { pageSecurityPolicy, renderPage } from './ui';
 
 const TaskParams = z.object({ taskId: TaskId });
@@ -96,7 +96,8 @@ export function sagaRoutes(app: FastifyInstance, ctx: ServiceContext<SagaMonitor
     const saga = await findSaga(ctx.pool, taskId);
     if (!saga) throw new HttpError(404, 'SAGA_NOT_FOUND', sagaNotFound(taskId).message);
     guard(request, VIEW, saga.projectId as ProjectId, sagaNotFound(taskId));
-    const [events, watches, deadLetters] = await Promise.all([sagaEvents(ctx.pool, taskId), sagaWatches(ctx.pool, taskId), deadLettersOf(ctx.pool, taskId)]);
+    const [byTime, watches, deadLetters] = await Promise.all([sagaEvents(ctx.pool, taskId), sagaWatches(ctx.pool, taskId), deadLettersOf(ctx.pool, taskId)]);
+    const events = causalOrder(byTime, (e) => e.event_id, (e) => e.causation_id);
     return {
       ...summary(saga),
       attempts: attemptsOf(events),

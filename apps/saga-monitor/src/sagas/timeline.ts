@@ -72,3 +72,33 @@ export function traceIdOf(traceparent: string | undefined): string | undefined {
   const id = match?.[1];
   return id === undefined || /^0+$/.test(id) ? undefined : id;
 }
+
+/**
+ * Events in time order, except that none comes before the event that caused it. Time is each
+ * producer's clock: with skew between hosts an effect can carry an earlier `occurredAt` than its
+ * cause, and the causation id says which came first. An event waits, in its order among the
+ * others, until its cause has been placed (when the cause is in the list at all).
+ */
+export function causalOrder<E>(byTime: readonly E[], idOf: (e: E) => string, causeOf: (e: E) => string | null): E[] {
+  const present = new Set(byTime.map(idOf));
+  const placed = new Set<string>();
+  const waiting = new Map<string, E[]>();
+  const out: E[] = [];
+  const place = (e: E): void => {
+    out.push(e);
+    placed.add(idOf(e));
+    const effects = waiting.get(idOf(e));
+    if (!effects) return;
+    waiting.delete(idOf(e));
+    for (const effect of effects) place(effect);
+  };
+  for (const e of byTime) {
+    const cause = causeOf(e);
+    if (cause !== null && cause !== idOf(e) && present.has(cause) && !placed.has(cause)) waiting.set(cause, [...(waiting.get(cause) ?? []), e]);
+    else place(e);
+  }
+  // Only a loop of causes (which no producer writes) leaves events waiting: they go last, in time order.
+  const left = new Set([...waiting.values()].flat());
+  for (const e of byTime) if (left.has(e)) out.push(e);
+  return out;
+}

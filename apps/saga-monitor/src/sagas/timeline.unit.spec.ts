@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { describe as describeEvent, kindOf, traceIdOf } from './timeline';
+import { causalOrder, describe as describeEvent, kindOf, traceIdOf } from './timeline';
 
 describe('saga timeline: how events read', () => {
   it('shows a rejection with its reviewer and reason', () => {
@@ -27,5 +27,25 @@ describe('saga timeline: how events read', () => {
     expect(traceIdOf('00-00000000000000000000000000000000-00f067aa0ba902b7-01')).toBeUndefined();
     expect(traceIdOf('garbage')).toBeUndefined();
     expect(traceIdOf(undefined)).toBeUndefined();
+  });
+});
+
+describe('saga timeline: the order events are listed in', () => {
+  const ev = (id: string, cause: string | null = null) => ({ id, cause });
+  const order = (events: { id: string; cause: string | null }[]) => causalOrder(events, (e) => e.id, (e) => e.cause).map((e) => e.id);
+
+  it('keeps time order when every event comes after its cause', () => {
+    expect(order([ev('a'), ev('b', 'a'), ev('c', 'b'), ev('d')])).toEqual(['a', 'b', 'c', 'd']);
+  });
+
+  it('lists an effect stamped before its cause by a skewed clock right after the cause, its own effects with it', () => {
+    // TaskCompleted (t) carries an earlier occurredAt than the BillingCompleted (b) that caused it.
+    expect(order([ev('q'), ev('t', 'b'), ev('x'), ev('b', 'q'), ev('y')])).toEqual(['q', 'x', 'b', 't', 'y']);
+    expect(order([ev('t2', 't'), ev('t', 'b'), ev('b')])).toEqual(['b', 't', 't2']);
+  });
+
+  it('ignores causes outside the saga (an Idempotency-Key, a sweeper) and loops no producer writes', () => {
+    expect(order([ev('a', 'idem-key-1'), ev('b', 'deadline:qa-timeouts:1')])).toEqual(['a', 'b']);
+    expect(order([ev('a', 'b'), ev('b', 'a'), ev('c')])).toEqual(['c', 'a', 'b']);
   });
 });
