@@ -57,11 +57,20 @@ export interface RequestShape {
   readonly params?: unknown;
   readonly query?: unknown;
   readonly body?: unknown;
+  /**
+   * The request as the route read it (its validated path, query and body, defaults applied):
+   * fingerprinted in place of the raw params, query and body when given.
+   */
+  readonly input?: unknown;
 }
 
-/** sha256 (hex) of the canonical form of method, route pattern, params, query and body. */
-export function requestFingerprint({ method, route, params, query, body }: RequestShape): string {
-  const canonical = canonicalJson({ method: method.toUpperCase(), route, params: params ?? {}, query: query ?? {}, body: body ?? null });
+/**
+ * sha256 (hex) of the canonical form of method, route pattern, and the route's `input` when given,
+ * else the raw params, query and body.
+ */
+export function requestFingerprint({ method, route, params, query, body, input }: RequestShape): string {
+  const request = input !== undefined ? { input } : { params: params ?? {}, query: query ?? {}, body: body ?? null };
+  const canonical = canonicalJson({ method: method.toUpperCase(), route, ...request });
   return createHash('sha256').update(canonical).digest('hex');
 }
 

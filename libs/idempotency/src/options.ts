@@ -39,6 +39,13 @@ export interface IdempotentOptions {
   readonly required?: boolean;
   /** The project the command acts on (second part of the scope); `-` when absent. */
   readonly project?: string | null;
+  /**
+   * The request as the route parsed it (path, query and body after validation, actor fields
+   * resolved): fingerprinted instead of the raw request, so that spellings the route reads as one
+   * request are one request for the key. Without it, no body and `{}`, or a UUID in another letter
+   * case, are different requests and the retry is answered 422 IDEMPOTENCY_KEY_REUSED.
+   */
+  readonly input?: unknown;
 }
 
 /** What a command returns: the plugin sends it, and stores it when status < 500. */

@@ -120,6 +120,13 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
       request.idempotent({ required: true, project: request.params.projectId }, command(request.body)),
     );
     app.post<{ Body: { name: string } }>('/optional', async (request) => request.idempotent({}, command(request.body)));
+    // A route that says how it read the request: a project id in any case, a name with spaces
+    // around it. `x-test-legacy` leaves `input` out, as a route did before it passed one.
+    app.post<{ Params: { projectId: string }; Body: { name: string } }>('/projects/:projectId/parsed-things', async (request) => {
+      const input = { projectId: request.params.projectId.toLowerCase(), name: request.body.name.trim() };
+      const legacy = request.headers['x-test-legacy'] === '1';
+      return request.idempotent({ required: true, project: input.projectId, ...(legacy ? {} : { input }) }, command({ name: input.name }));
+    });
     await app.listen({ port: 0, host: '127.0.0.1' });
     apps.push(app);
     const address = app.server.address();
@@ -269,6 +276,33 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     expect(otherRoute.body.code).toBe('IDEMPOTENCY_KEY_REUSED');
     expect(await effects(`${name}-b`)).toBe(0);
     expect(await outcome(metrics, 'mismatch')).toBe(2);
+  });
+
+  it('replays a retry the route reads as the same request, however its raw spelling differs, when the route passes what it read', async () => {
+    const { http } = await start();
+    const key = randomUUID();
+    const name = uniqueName('parsed');
+    const send = (project: string, body: object, headers: Record<string, string> = {}) =>
+      http.post<Thing & Problem>(`/projects/${project}/parsed-things`, body, { 'x-test-caller': 'alice', 'idempotency-key': key, ...headers });
+    expect((await send('P1', { name: ` ${name} ` })).status).toBe(201);
+    const retried = await send('p1', { name });
+    expect(retried.status).toBe(201);
+    expect(retried.headers.get('idempotent-replayed')).toBe('true');
+    // What it reads as another request is still one.
+    expect((await send('p1', { name: `${name}-b` })).body.code).toBe('IDEMPOTENCY_KEY_REUSED');
+    expect(await effects(name)).toBe(1);
+  });
+
+  it('replays a key stored before its route passed what it read, for the same raw request', async () => {
+    const { http } = await start();
+    const key = randomUUID();
+    const name = uniqueName('upgraded');
+    const send = (headers: Record<string, string> = {}) => http.post<Thing & Problem>('/projects/p1/parsed-things', { name }, { 'x-test-caller': 'alice', 'idempotency-key': key, ...headers });
+    expect((await send({ 'x-test-legacy': '1' })).status).toBe(201);
+    const retried = await send();
+    expect(retried.status).toBe(201);
+    expect(retried.headers.get('idempotent-replayed')).toBe('true');
+    expect(await effects(name)).toBe(1);
   });
 
   it('answers 400 for a missing or invalid key, and runs unkeyed where the key is optional', async () => {

@@ -64,8 +64,8 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     return sendProblem(reply, IdempotencyErrors.KEY_REUSED, `Idempotency-Key ${key} was already used for a different request; use a new key for a new operation`);
   };
 
-  async function replay(reply: FastifyReply, record: { fingerprint: string; response: StoredResponse }, fingerprint: string, key: string): Promise<FastifyReply> {
-    if (record.fingerprint !== fingerprint) return mismatch(reply, key);
+  async function replay(reply: FastifyReply, record: { fingerprint: string; response: StoredResponse }, same: (stored: string) => boolean, key: string): Promise<FastifyReply> {
+    if (!same(record.fingerprint)) return mismatch(reply, key);
     count(IdempotencyOutcome.replayed);
     return sendResult(reply, record.response, true);
   }
@@ -101,21 +101,26 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     }
     const key = check.key;
     const scope = idempotencyScope(callerFor(request), opts.project);
-    const fingerprint = requestFingerprint({ method: request.method, route: request.routeOptions.url ?? request.url, params: request.params, query: request.query, body: request.body });
+    const shape = { method: request.method, route: request.routeOptions.url ?? request.url, params: request.params, query: request.query, body: request.body };
+    const fingerprint = requestFingerprint({ ...shape, input: opts.input });
+    // A key stored before its route passed `input` holds the raw request's fingerprint: a retry
+    // across that upgrade is still the same request.
+    let raw: string | undefined;
+    const same = (stored: string) => stored === fingerprint || (opts.input !== undefined && stored === (raw ??= requestFingerprint(shape)));
     const owner = randomUUID();
     const redisKey = `${namespace}:${scope}:${key}`;
     const cache = (record: IdempotencyRecord) => viaRedis('finish', (t) => t.finish(redisKey, record.fingerprint, record.response, record.expiresAt.getTime() - now()));
 
     // 1. Redis: a cached response or a live lock answers without touching PostgreSQL.
     const seen: RedisSeen | undefined = await viaRedis('begin', (t) => t.begin(redisKey, fingerprint, owner));
-    if (seen?.kind === 'done') return replay(reply, seen, fingerprint, key);
+    if (seen?.kind === 'done') return replay(reply, seen, same, key);
     if (seen?.kind === 'locked') {
-      if (seen.fingerprint !== fingerprint) return mismatch(reply, key);
+      if (!same(seen.fingerprint)) return mismatch(reply, key);
       // PostgreSQL is the authority: a lock left behind (finish failed) must not hide a committed response.
       const committed = await readIdempotencyKey(pool, scope, key, new Date(now()));
       if (committed) {
         await cache(committed);
-        return replay(reply, committed, fingerprint, key);
+        return replay(reply, committed, same, key);
       }
       // Nothing committed: the lock's owner is still running, or its process died mid-command
       // (a SIGKILL leaves the lock for lockMs). PostgreSQL tells them apart below: a live owner
@@ -146,7 +151,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     if (run.kind === 'existing') {
       // Redis forgot (restart, flush, failover) or was skipped: the stored response still wins.
       if (ownLock) await cache(run.existing);
-      return replay(reply, run.existing, fingerprint, key);
+      return replay(reply, run.existing, same, key);
     }
 
     const { result } = run;

@@ -36,7 +36,8 @@ export function billingRoutes(app: FastifyInstance, ctx: ServiceContext<BillingS
     const notFound = { code: 'TASK_NOT_FOUND', message: `billing-svc knows nothing of task ${taskId}` };
     if (!billed && !request.principal.admin) throw new HttpError(404, notFound.code, notFound.message);
     guard(request, Permission.billingRetry, billed?.projectId ?? null, notFound);
-    return request.idempotent({}, async (tx, key) => {
+    // No body and `{}` are one retry.
+    return request.idempotent({ input: { taskId } }, async (tx, key) => {
       const result = await executeBilling(tx, { type: 'RetryBilling', taskId }, { faults: faultsOf(ctx.config) });
       if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
       await ctx.emit(tx, result.events, key);

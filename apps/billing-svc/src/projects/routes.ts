@@ -60,14 +60,14 @@ export function projectRoutes(app: FastifyInstance, ctx: ServiceContext<BillingS
     // platform admin creates projects, and then grants their owners a role in them.
     guard(request, Permission.projectCreate, null, { code: 'NOT_FOUND', message: 'no such route' });
     const projectId = ctx.newUuid() as ProjectId;
-    return request.idempotent({ required: true }, (tx) => run(tx, { type: 'CreateProject', projectId, ...body, actor: request.principal.subject }, 201));
+    return request.idempotent({ required: true, input: body }, (tx) => run(tx, { type: 'CreateProject', projectId, ...body, actor: request.principal.subject }, 201));
   });
 
   app.post('/projects/:projectId/top-ups', async (request) => {
     const { projectId } = parseInput(ProjectParams, request.params, 'path');
     const { amount } = parseInput(TopUpBody, request.body);
     guard(request, Permission.projectTopUp, projectId, projectNotFound(projectId));
-    return request.idempotent({ required: true, project: projectId }, (tx) => run(tx, { type: 'TopUp', projectId, amount, actor: request.principal.subject }, 200));
+    return request.idempotent({ required: true, project: projectId, input: { projectId, amount } }, (tx) => run(tx, { type: 'TopUp', projectId, amount, actor: request.principal.subject }, 200));
   });
 
   app.get('/projects/:projectId', async (request) => {

@@ -64,7 +64,7 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
           throw new HttpError(409, 'ASSIGNMENT_UNKNOWN', `task ${taskId} has no assignment (yet): claim it first, or retry shortly`);
         }
         guard(request, Permission.labelsSubmit, assignment.projectId, taskNotFound(taskId));
-        return request.idempotent({}, async (tx, key) => {
+        return request.idempotent({ input: { taskId, ...body } }, async (tx, key) => {
           const result = await executeLabel(tx, { type: 'SubmitLabels', taskId, annotatorId, ...body, now: ctx.now() }, ctx.config);
           if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
           const [event] = await ctx.emit(tx, result.events, key);

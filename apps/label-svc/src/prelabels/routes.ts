@@ -31,7 +31,7 @@ export function prelabelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSv
     const { projectId } = parseInput(ProjectParams, request.params, 'path');
     const body = parseInput(PolicyBody, request.body);
     guard(request, Permission.taskCreate, projectId, projectNotFound(projectId));
-    return request.idempotent({ project: projectId }, async (tx) => {
+    return request.idempotent({ project: projectId, input: { projectId, ...body } }, async (tx) => {
       const saved = await savePolicy(tx, { projectId, autoSubmit: body.autoSubmit, minConfidence: body.minConfidence, model: body.model ?? null }, request.principal.subject);
       return { status: 200, body: policyView(saved) };
     });

@@ -100,7 +100,7 @@ export function reviewRoutes(app: FastifyInstance, ctx: ServiceContext<QaSvcConf
         const projectId = await reviewProjectOf(ctx.pool, taskId);
         if (!projectId) throw new HttpError(404, 'REVIEW_NOT_FOUND', reviewNotFound(taskId).message);
         guard(request, Permission.reviewDecide, projectId, reviewNotFound(taskId));
-        return request.idempotent({}, async (tx, key) => {
+        return request.idempotent({ input: { taskId, ...body } }, async (tx, key) => {
           const result = await executeReview(tx, { type: 'DecideReview', taskId, reviewerId, ...body });
           if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
           await ctx.emit(tx, result.events, key);

@@ -131,6 +131,17 @@ describe('task-svc routes, answered in-process', () => {
       expect(answer.body.error.details).toBeUndefined();
     });
 
+    it('replays a claim retried with the same key whether it sent no body, {} or its own annotator id', async () => {
+      const task = await createTask();
+      const key = { 'idempotency-key': randomUUID() };
+      expect((await svc.http(annotator).post(`/tasks/${task.taskId}/claim`, undefined, key)).status).toBe(200);
+      for (const body of [{}, { annotatorId: annotator.user }]) {
+        const retried = await svc.http(annotator).post(`/tasks/${task.taskId}/claim`, body, key);
+        expect(retried.status, JSON.stringify(body)).toBe(200);
+        expect(retried.headers.get('idempotent-replayed')).toBe('true');
+      }
+    });
+
     it('answers 400 VALIDATION_FAILED for a malformed task id or annotator id', async () => {
       expect(refusal(await svc.http(annotator).post('/tasks/abc/claim', {}))).toEqual({ status: 400, code: 'VALIDATION_FAILED', paths: ['path.taskId'] });
       const task = await createTask();

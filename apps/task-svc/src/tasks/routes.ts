@@ -118,7 +118,7 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
       const taskNumber = formatTaskNumber(registered.key, number);
       return { type: 'CreateTask', taskId: (await ctx.nextId()) as TaskId, ...fields, taskNumber, createdBy: request.principal.subject };
     };
-    return run(request, { required: true, project: body.projectId }, create, 201);
+    return run(request, { required: true, project: body.projectId, input: body }, create, 201);
   });
 
   app.post('/tasks/:taskId/claim', async (request) => {
@@ -129,14 +129,15 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
     const annotatorId = request.principal.subject as AnnotatorId;
     // The clock is read once the key is claimed, not before a wait on Redis or on the key: the
     // lease runs from when the claim is decided.
-    return run(request, {}, async () => ({ type: 'ClaimTask', taskId, annotatorId, now: ctx.now(), leaseMs: ctx.config.ASSIGNMENT_LEASE_MS }));
+    // No body, `{}` and the caller's own annotatorId are one claim.
+    return run(request, { input: { taskId, annotatorId } }, async () => ({ type: 'ClaimTask', taskId, annotatorId, now: ctx.now(), leaseMs: ctx.config.ASSIGNMENT_LEASE_MS }));
   });
 
   app.post('/tasks/:taskId/cancel', async (request) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
     const { reason } = parseInput(CancelBody, request.body);
     await authorizedTask(ctx, request, taskId, Permission.taskCancel);
-    return run(request, {}, { type: 'CancelTask', taskId, reason, cancelledBy: request.principal.subject });
+    return run(request, { input: { taskId, reason } }, { type: 'CancelTask', taskId, reason, cancelledBy: request.principal.subject });
   });
 
   // A long poll: with conditions and Prefer: wait, the answer waits until the task meets them (its
