@@ -173,10 +173,22 @@ describe('libs/testing is for specs, test-support, e2e, ops tools and bench only
   });
 });
 
+describe('apps reach Kafka only through @labelflow/messaging', { timeout: 60_000 }, () => {
+  const kafkajs = "import { Kafka } from 'kafkajs';\nexport { Kafka };\n";
+
+  it.each(['apps/saga-monitor/src/sagas/fixture.ts', 'apps/qa-svc/src/main.ts'])('the production file %s may not import kafkajs', async (file) => {
+    expect(await lint(file, kafkajs)).toEqual([{ ruleId: BOUNDARIES, message: 'A project tagged with "type:app" is not allowed to import "kafkajs"' }]);
+  });
+
+  it.each(['apps/qa-svc/src/reviews/fixture.int.spec.ts', 'libs/messaging/src/fixture.ts'])('%s may import it', async (file) => {
+    expect(await lint(file, kafkajs)).toEqual([]);
+  });
+});
+
 describe('decide.ts and state.ts import only contracts and their own capability', { timeout: 60_000 }, () => {
   const files = ['apps/task-svc/src/fixture/decide.ts', 'apps/billing-svc/src/fixture/state.ts'];
   const cases = files.flatMap((file) => [
-    { file, what: 'kafkajs', code: "import { Kafka } from 'kafkajs';\nexport { Kafka };\n", ruleIds: [PURE_IMPORTS] },
+    { file, what: 'ioredis', code: "import { Redis } from 'ioredis';\nexport { Redis };\n", ruleIds: [PURE_IMPORTS] },
     { file, what: 'pg as a type', code: "import type { Pool } from 'pg';\nexport type P = Pool;\n", ruleIds: [PURE_IMPORTS] },
     { file, what: 'a Node built-in', code: "import { randomUUID } from 'node:crypto';\nexport { randomUUID };\n", ruleIds: [PURE_IMPORTS] },
     { file, what: 'an infrastructure lib', code: "import { createKafka } from '@labelflow/messaging';\nexport { createKafka };\n", ruleIds: [PURE_IMPORTS] },
