@@ -1,26 +1,40 @@
 #!/usr/bin/env bash
-# Makes sure Debian's chromium is installed: the timeline page test (e2e/timeline-page.e2e.spec.ts)
-# drives it with playwright-core, which downloads no browser of its own. Installs the distribution
-# package when missing (as root, or through sudo); prints the browser's path and version.
-#   CHROMIUM_PATH  the browser to use (default /usr/bin/chromium)
+# Makes sure a chromium is installed: the timeline page test (e2e/timeline-page.e2e.spec.ts) drives
+# it with playwright-core, which downloads no browser of its own. Uses the first of CHROMIUM_PATH,
+# Debian's /usr/bin/chromium, /usr/bin/chromium-browser and Ubuntu's snap (/snap/bin/chromium);
+# installs Debian's package when none is there (as root, or through sudo). Prints the browser's
+# version on stderr and its path on stdout, for `CHROMIUM_PATH=$(bash scripts/ensure-chromium.sh)`.
+#   CHROMIUM_PATH  the browser to use
 set -euo pipefail
-browser="${CHROMIUM_PATH:-/usr/bin/chromium}"
-if [ ! -x "$browser" ]; then
-  if [ "${CHROMIUM_PATH:-}" != "" ]; then
-    echo "CHROMIUM_PATH=$browser is not an executable" >&2
+if [ -n "${CHROMIUM_PATH:-}" ]; then
+  if [ ! -x "$CHROMIUM_PATH" ]; then
+    echo "CHROMIUM_PATH=$CHROMIUM_PATH is not an executable" >&2
     exit 1
   fi
+  browser="$CHROMIUM_PATH"
+else
+  browser=""
+  for candidate in /usr/bin/chromium /usr/bin/chromium-browser /snap/bin/chromium; do
+    if [ -x "$candidate" ]; then browser="$candidate"; break; fi
+  done
+fi
+if [ -z "$browser" ]; then
   as_root=()
   if [ "$(id -u)" != 0 ]; then
     if ! command -v sudo >/dev/null; then
-      echo "chromium is missing and this user cannot install it: run 'apt-get install chromium' as root" >&2
+      echo "chromium is missing and this user cannot install it: run 'apt-get install chromium' as root (Ubuntu: 'snap install chromium'), or set CHROMIUM_PATH" >&2
       exit 1
     fi
     as_root=(sudo)
   fi
   echo "installing Debian's chromium (apt-get)" >&2
-  export DEBIAN_FRONTEND=noninteractive
   "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; then
+    # Ubuntu has no chromium deb: its package is a snap.
+    echo "apt-get could not install chromium (on Ubuntu: 'sudo snap install chromium'); or set CHROMIUM_PATH to a chromium or chrome binary" >&2
+    exit 1
+  fi
+  browser=/usr/bin/chromium
 fi
-echo "chromium: $browser ($("$browser" --version 2>/dev/null || echo 'version unknown'))"
+echo "chromium: $browser ($("$browser" --version 2>/dev/null || echo 'version unknown'))" >&2
+echo "$browser"

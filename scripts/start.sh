@@ -60,6 +60,7 @@ cleanup() {
 trap 'cleanup; exit 130' INT TERM
 trap cleanup EXIT
 
+bash scripts/check-node.sh >/dev/null
 echo "== infrastructure" >&2
 bash infra/local/stack.sh up >/dev/null
 eval "$(bash infra/local/stack.sh env | sed 's/^/export /')"
@@ -128,18 +129,26 @@ for svc in "${SERVICES[@]}"; do
   fi
 done
 
+# 200 from a local /readyz, with bash alone: curl is not on every minimal machine.
+ready_on() {
+  local status
+  # Bounded: a port that accepts and never answers must not hold the start.
+  status=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" >&3 && head -c 12 <&3' _ "$1" 2>/dev/null) || return 1
+  [ "${status#HTTP/1.? }" != "$status" ] && [ "${status: -3}" = "200" ]
+}
+
 for svc in "${SERVICES[@]}"; do
   launch "$svc"
   # Sequential starts: the first one creates the shared topics. A service that cannot even start
   # (a bad setting) stops the run: restarting it would not help.
   ready=false
   for _ in $(seq 1 120); do
-    if curl -sf "http://127.0.0.1:${ports[$svc]}/readyz" >/dev/null 2>&1; then ready=true; break; fi
+    if ready_on "${ports[$svc]}"; then ready=true; break; fi
     if ! kill -0 "${pid[$svc]}" 2>/dev/null; then echo "$svc failed to start; see $SVC_LOG_DIR/$svc.log:" >&2; tail -20 "$SVC_LOG_DIR/$svc.log" >&2; exit 1; fi
     sleep 0.5
   done
   echo "== $svc started (pid ${pid[$svc]}), http://127.0.0.1:${ports[$svc]}" >&2
-  if [ "$ready" = false ]; then echo "   not ready after 60s: curl http://127.0.0.1:${ports[$svc]}/readyz says why" >&2; fi
+  if [ "$ready" = false ]; then echo "   not ready after 60s: http://127.0.0.1:${ports[$svc]}/readyz says why" >&2; fi
 done
 
 cat <<INFO

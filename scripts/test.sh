@@ -7,6 +7,9 @@ started=$(date +%s)
 step() { printf '\n\033[1m== %s (%ss)\033[0m\n' "$1" "$(( $(date +%s) - started ))"; }
 
 step "npm packages"
+# The locked packages need Node 20.19.4 or newer (@platformatic/kafka, vite): say so before npm
+# warns about engines and something fails further on for no clear reason.
+bash scripts/check-node.sh
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   npm ci --no-audit --no-fund
 else
@@ -30,8 +33,9 @@ node scripts/build.mjs
 step "compose file"
 bash infra/local/validate-compose.sh
 
-step "browser for the timeline page test: Debian's chromium (installed when missing)"
-bash scripts/ensure-chromium.sh
+step "browser for the timeline page test: chromium (Debian's, installed when missing)"
+CHROMIUM_PATH=$(bash scripts/ensure-chromium.sh)
+export CHROMIUM_PATH
 
 # Every tier runs, whatever the one before it found, and the summary counts them all; the run fails
 # if any tier did. No report is left from an earlier run for a tier that dies before writing its own.
