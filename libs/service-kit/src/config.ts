@@ -78,7 +78,7 @@ export const BaseConfig = z.object({
   /** How long an Idempotency-Key's stored response is replayed (the published expiry, default 24 h). */
   IDEMPOTENCY_TTL_MS: z.coerce.number().int().min(1_000).max(30 * 24 * 3600_000).default(24 * 3600_000),
   /**
-   * How long a JSON body may take to arrive once its headers have: a client that sends one byte a
+   * How long a JSON body may take to arrive once the service starts reading it (after authentication): a client that sends one byte a
    * minute would otherwise hold its connection (and the rate limiter's one count) for good. The
    * bulk import streams its NDJSON without it: its silence is bounded by IMPORT_IDLE_MS.
    */

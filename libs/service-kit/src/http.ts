@@ -116,9 +116,13 @@ function answerClientError(this: FastifyInstance, error: Error & { code?: string
   socket.destroy(error);
 }
 
-/** Content types fastify reads whole before the handler runs (the import's NDJSON streams instead). */
-const BUFFERED_BODY = /^\s*(application\/json|text\/plain)\b/i;
+/** Media types fastify reads whole before the handler runs (the import's NDJSON streams instead). */
+const BUFFERED_BODY = new Set(['application/json', 'text/plain']);
+const mediaTypeOf = (header: string | undefined) => (header ?? '').split(';', 1)[0]!.trim().toLowerCase();
+/** Methods whose body fastify never reads: a deadline on one would fire on a body nobody waits for. */
+const BODYLESS = new Set(['GET', 'HEAD', 'TRACE']);
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+const ignore = () => undefined;
 
 /**
  * Two things fastify's own body reading lets through. A body whose bytes are not UTF-8: fastify
@@ -129,7 +133,8 @@ const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
  * connection closed.
  */
 function readBodiesStrictly(app: FastifyInstance, bodyTimeoutMs: number): void {
-  const parseJson = app.getDefaultJsonParser('error', 'ignore');
+  // fastify's defaults: a body naming __proto__ or constructor.prototype is refused (400).
+  const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     let text: string;
@@ -142,17 +147,23 @@ function readBodiesStrictly(app: FastifyInstance, bodyTimeoutMs: number): void {
     parseJson(request, text, done);
   });
   app.addHook('preParsing', async (request, reply, payload) => {
-    if (!BUFFERED_BODY.test(request.headers['content-type'] ?? '')) return payload;
+    if (BODYLESS.has(request.method) || !BUFFERED_BODY.has(mediaTypeOf(request.headers['content-type']))) return payload;
     // Read through a stream of our own, so the deadline can fail the read without destroying the
     // socket the 408 must still go out on.
     const guarded = new PassThrough();
+    // Always one listener: fastify may never read the stream (a 413 or 415 answered first), and an
+    // error nobody listens for would end the process.
+    guarded.on('error', ignore);
     const timer = setTimeout(() => {
       payload.unpipe(guarded);
-      reply.header('connection', 'close');
+      if (!reply.sent) reply.header('connection', 'close');
       guarded.destroy(new HttpError(408, 'REQUEST_TIMEOUT', `the request body was not received within ${bodyTimeoutMs} ms`));
     }, bodyTimeoutMs);
+    timer.unref();
     const settled = () => clearTimeout(timer);
     guarded.once('end', settled).once('close', settled);
+    // Answered (or the client gone) before the body was read: the deadline has nothing left to guard.
+    reply.raw.once('finish', settled).once('close', settled);
     payload.once('error', (error) => guarded.destroy(error));
     payload.pipe(guarded);
     return guarded;

@@ -363,6 +363,41 @@ describe('service-kit: requests no route can read', () => {
     }
   });
 
+  it('lets the body deadline pass harmlessly where fastify never reads the body: a GET with a JSON type, a body over the limit, a media type it refuses', async () => {
+    const crashes: unknown[] = [];
+    const crash = (error: unknown) => crashes.push(error);
+    process.on('uncaughtException', crash);
+    const { server, url } = await listening({ bodyTimeoutMs: 150, bodyLimit: 100 });
+    const { hostname, port } = new URL(url);
+    const token = (await bearer({ admin: true })).authorization;
+    // Each sends its headers and then keeps its connection open without the body it announced.
+    const openRequest = (request: string) =>
+      new Promise<{ answer: () => string; socket: ReturnType<typeof connect> }>((resolve) => {
+        let answer = '';
+        const socket = connect(Number(port), hostname, () => {
+          socket.write(request);
+          resolve({ answer: () => answer, socket });
+        });
+        socket.on('data', (chunk) => (answer += chunk.toString()));
+        socket.on('error', () => undefined);
+      });
+    try {
+      const sockets = await Promise.all([
+        openRequest(`GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n`),
+        openRequest(`POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: ${token}\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"a":`),
+        openRequest(`POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: ${token}\r\nContent-Type: application/json-patch+json\r\nContent-Length: 50\r\n\r\n[`),
+      ]);
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      expect(sockets.map((s) => s.answer().slice(0, 12))).toEqual(['HTTP/1.1 200', 'HTTP/1.1 413', 'HTTP/1.1 415']);
+      for (const { socket } of sockets) socket.destroy();
+      expect(crashes).toEqual([]);
+      expect((await fetch(`${url}/healthz`)).status).toBe(200);
+    } finally {
+      process.off('uncaughtException', crash);
+      await server.close();
+    }
+  });
+
   it('answers a JSON body whose bytes are not UTF-8 with 400 INVALID_JSON instead of storing replacement characters', async () => {
     const server = app();
     server.post('/echo', async (request) => request.body);
@@ -373,6 +408,7 @@ describe('service-kit: requests no route can read', () => {
     // Real UTF-8, a BOM before it, and the prototype guard are as fastify's own parser has them.
     expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: Buffer.from('\uFEFF{"reason":"été 🐱"}') })).json()).toEqual({ reason: 'été 🐱' });
     expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: '{"__proto__":{"admin":true}}' })).statusCode).toBe(400);
+    expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: '{"constructor":{"prototype":{"admin":true}}}' })).statusCode).toBe(400);
     expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: '' })).json()).toMatchObject({ error: { code: 'INVALID_JSON' } });
   });
 
