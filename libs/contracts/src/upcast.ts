@@ -28,7 +28,9 @@ export const LatestVersions = {
 // written before they existed; chaining them takes any known version to the newest.
 
 /** v1 → v2: nobody measured the work, so `durationMs` is null (unknown), never 0. */
-export const labelSubmittedV1ToV2 = (event: LabelSubmittedV1): LabelSubmitted => ({ ...event, version: 2, payload: { ...event.payload, durationMs: null } });
+export const labelSubmittedV1ToV2 = (event: LabelSubmittedV1): LabelSubmitted =>
+  // Frozen like every parsed event (defineEvent's read-only schemas): an upcast one is no exception.
+  Object.freeze({ ...event, version: 2, payload: Object.freeze({ ...event.payload, durationMs: null }) });
 
 /**
  * The newest LabelSubmitted written as version 1, for an instance that must still write what

@@ -61,6 +61,13 @@ describe('contracts: LabelSubmitted across its versions', () => {
     expect(LabelSubmittedV1.parse(written)).toEqual(v1);
     expect(labelSubmittedV1ToV2(LabelSubmittedV1.parse(written))).toEqual(v2(null));
   });
+
+  it('hands out an upcast event as read-only as a parsed one', () => {
+    const upcast = labelSubmittedV1ToV2(LabelSubmittedV1.parse(v1));
+    expect(Object.isFrozen(upcast)).toBe(true);
+    expect(Object.isFrozen(upcast.payload)).toBe(true);
+    expect(Object.isFrozen(upcast.payload.annotations)).toBe(true);
+  });
 });
 
 describe('contracts: versions of every event type', () => {

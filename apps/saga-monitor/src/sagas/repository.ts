@@ -323,13 +323,16 @@ export interface Pruned {
 /**
  * Forgets up to `limit` sagas that ended before `cutoff` (their row, events and watches, in one
  * statement), and up to `limit` dead letters recorded before it. A saga still running is kept
- * however old, since a stuck one is what the monitor is for. Rows another transaction holds are
- * skipped: the consumer or the sweeper has the task, and the next prune gets it.
+ * however old, since a stuck one is what the monitor is for, and so is an ended one still waiting
+ * for a step (a cancelled task's refund): forgetting it would drop its alert unresolved. Rows
+ * another transaction holds are skipped: the consumer or the sweeper has the task, and the next
+ * prune gets it.
  */
 export async function pruneEndedSagas(db: Queryable, cutoff: Date, limit: number): Promise<Pruned> {
   const { rows } = await db.query<{ sagas: number; dead_letters: number }>(
     `WITH gone AS (
-       SELECT task_id FROM sagas WHERE outcome IS NOT NULL AND last_event_at < $1 ORDER BY last_event_at LIMIT $2 FOR UPDATE SKIP LOCKED
+       SELECT task_id FROM sagas s WHERE outcome IS NOT NULL AND last_event_at < $1 AND NOT EXISTS (SELECT 1 FROM saga_watches w WHERE w.task_id = s.task_id)
+       ORDER BY last_event_at LIMIT $2 FOR UPDATE SKIP LOCKED
      ), events AS (
        DELETE FROM saga_events e WHERE e.task_id IN (SELECT task_id FROM gone)
      ), watches AS (

@@ -17,7 +17,8 @@ describe('saga monitor retention', () => {
   afterAll(() => db.close());
 
   /** One saga with two events and one watch. */
-  const saga = async (taskId: string, outcome: string | null, lastEventAt: string) => {
+  /** A saga with its events; one still running (or ended but waiting on a step) has an open watch. */
+  const saga = async (taskId: string, outcome: string | null, lastEventAt: string, watching = outcome === null) => {
     await pool.query(
       `INSERT INTO sagas (task_id, project_id, attempt, last_event_type, outcome, first_event_at, last_event_at) VALUES ($1, gen_random_uuid(), 1, 'TaskCompleted', $2, $3, $3)`,
       [taskId, outcome, lastEventAt],
@@ -27,17 +28,19 @@ describe('saga monitor retention', () => {
        SELECT $1 || '-' || g, $1, gen_random_uuid(), 'TaskCreated', 1, 1, 'task-svc', $2, $2, '{}' FROM generate_series(1, 2) g`,
       [taskId, lastEventAt],
     );
-    await pool.query(`INSERT INTO saga_watches (task_id, step, attempt, since, due_at, alerted_at) VALUES ($1, 'billing', 1, $2, $2, $2)`, [taskId, lastEventAt]);
+    if (watching) await pool.query(`INSERT INTO saga_watches (task_id, step, attempt, since, due_at, alerted_at) VALUES ($1, $3, 1, $2, $2, $2)`, [taskId, lastEventAt, outcome === null ? 'billing' : 'refund']);
   };
   const letter = (offset: number, recordedAt: string) =>
     pool.query(`INSERT INTO dead_letters (topic, partition, "offset", service, code, reason, recorded_at) VALUES ('t.qa-svc.dlq', 0, $1, 'qa-svc', 'DECODE_FAILED', 'not json', $2)`, [offset, recordedAt]);
   const left = async (table: string) => (await pool.query<{ task_id: string }>(`SELECT DISTINCT task_id FROM ${table} ORDER BY task_id`)).rows.map((r) => r.task_id);
 
-  it('forgets sagas that ended before the cutoff with their events and watches, chunk after chunk, and keeps running and recent ones', async () => {
+  it('forgets sagas that ended before the cutoff with their events, chunk after chunk, and keeps running, recent and still-watched ones', async () => {
     for (const id of ['1', '2', '3', '4', '5']) await saga(id, 'completed', before);
     await saga('6', 'cancelled', before);
     await saga('7', null, before);
     await saga('8', 'completed', after);
+    // Cancelled long ago and its refund still alerting: the alert must stay until it resolves.
+    await saga('77', 'cancelled', before, true);
     await letter(1, before);
     await letter(2, before);
     await letter(3, after);
@@ -45,9 +48,9 @@ describe('saga monitor retention', () => {
     const pruned = await pruneOnce(pool, cutoff, 2);
 
     expect(pruned).toEqual({ sagas: 6, deadLetters: 2 });
-    expect(await left('sagas')).toEqual(['7', '8']);
-    expect(await left('saga_events')).toEqual(['7', '8']);
-    expect(await left('saga_watches')).toEqual(['7', '8']);
+    expect(await left('sagas')).toEqual(['7', '77', '8']);
+    expect(await left('saga_events')).toEqual(['7', '77', '8']);
+    expect(await left('saga_watches')).toEqual(['7', '77']);
     const letters = await pool.query<{ offset: string }>('SELECT "offset" FROM dead_letters');
     expect(letters.rows.map((r) => r.offset)).toEqual(['3']);
     expect(await pruneOnce(pool, cutoff, 2)).toEqual({ sagas: 0, deadLetters: 0 });

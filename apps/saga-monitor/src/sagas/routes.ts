@@ -47,10 +47,12 @@ function attemptsOf(events: readonly EventDbRow[]) {
     const own = events.filter((e) => e.attempt === attempt);
     const reopen = events.find((e) => e.type === 'TaskReopened' && e.attempt === attempt + 1);
     const ending = [...own].reverse().find((e) => kindOf(e.type) === EventKind.outcome);
+    // The list is in causal order, which a skewed clock can make differ from time order.
+    const times = own.map((e) => e.occurred_at.getTime());
     return {
       attempt,
-      startedAt: own[0]?.occurred_at.toISOString() ?? null,
-      lastEventAt: own.at(-1)?.occurred_at.toISOString() ?? null,
+      startedAt: times.length > 0 ? new Date(Math.min(...times)).toISOString() : null,
+      lastEventAt: times.length > 0 ? new Date(Math.max(...times)).toISOString() : null,
       events: own.length,
       ended: reopen ? `reopened: ${String(reopen.payload.reason)}` : ending ? ending.type : null,
     };
