@@ -119,6 +119,8 @@ function answerClientError(this: FastifyInstance, error: Error & { code?: string
 /** Media types fastify reads whole before the handler runs (the import's NDJSON streams instead). */
 const BUFFERED_BODY = new Set(['application/json', 'text/plain']);
 const mediaTypeOf = (header: string | undefined) => (header ?? '').split(';', 1)[0]!.trim().toLowerCase();
+/** Routes load balancers and Prometheus call every few seconds. */
+const PROBES = new Set(['/healthz', '/readyz', '/metrics']);
 /** Methods whose body fastify never reads: a deadline on one would fire on a body nobody waits for. */
 const BODYLESS = new Set(['GET', 'HEAD', 'TRACE']);
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
@@ -275,7 +277,9 @@ export function createHttpApp({ logger, readiness, readinessOptional = [], readi
   instrument(app, metrics);
   readBodiesStrictly(app, bodyTimeoutMs);
   app.addHook('onResponse', async (request, reply) => {
-    request.log.info({ req: { method: request.method, url: request.url }, res: { statusCode: reply.statusCode }, responseTime: reply.elapsedTime }, 'request completed');
+    // A probe or a scrape every few seconds would drown the requests that matter: debug, unless it failed.
+    const level = reply.statusCode < 400 && PROBES.has(request.routeOptions.url ?? '') ? 'debug' : 'info';
+    request.log[level]({ req: { method: request.method, url: request.url }, res: { statusCode: reply.statusCode }, responseTime: reply.elapsedTime }, 'request completed');
   });
   // Before the body is read and before any route or the Idempotency-Key layer runs.
   installAuth(app, auth);

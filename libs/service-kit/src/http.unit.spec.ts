@@ -190,6 +190,20 @@ describe('createHttpApp authentication', () => {
     await server.close();
   });
 
+  it('logs each request it answers at info, but a passing probe or scrape only at debug', async () => {
+    const logs = captureLogs({ service: 'test' });
+    let up = true;
+    const server = createHttpApp({ logger: logs.logger, readiness: { db: async () => (up ? 'ok' : Promise.reject(new Error('down'))) }, auth });
+    server.get('/annotators/:annotatorId', async () => ({}));
+    await server.inject({ method: 'GET', url: '/healthz' });
+    await server.inject({ method: 'GET', url: '/readyz' });
+    await server.inject({ method: 'GET', url: '/annotators/a', headers: await bearer({ admin: true }) });
+    up = false;
+    await server.inject({ method: 'GET', url: '/readyz' });
+    const completed = () => logs.lines.filter((l) => l.msg === 'request completed').map((l) => `${(l.req as { url: string }).url} ${(l.res as { statusCode: number }).statusCode}`);
+    expect(completed()).toEqual(['/annotators/a 200', '/readyz 503']);
+  });
+
   it('answers /healthz and /readyz without a token', async () => {
     const server = app({ readiness: { postgres: async () => undefined } });
     const health = await server.inject({ url: '/healthz' });
