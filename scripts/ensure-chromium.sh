@@ -15,7 +15,8 @@ if [ -n "${CHROMIUM_PATH:-}" ]; then
 else
   browser=""
   for candidate in /usr/bin/chromium /usr/bin/chromium-browser /snap/bin/chromium; do
-    if [ -x "$candidate" ]; then browser="$candidate"; break; fi
+    # Ubuntu's /usr/bin/chromium-browser may be a stub that only asks for the snap: a browser must answer --version.
+    if [ -x "$candidate" ] && timeout 20 "$candidate" --version >/dev/null 2>&1; then browser="$candidate"; break; fi
   done
 fi
 if [ -z "$browser" ]; then
@@ -28,7 +29,7 @@ if [ -z "$browser" ]; then
     as_root=(sudo)
   fi
   echo "installing Debian's chromium (apt-get)" >&2
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
   if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; then
     # Ubuntu has no chromium deb: its package is a snap.
     echo "apt-get could not install chromium (on Ubuntu: 'sudo snap install chromium'); or set CHROMIUM_PATH to a chromium or chrome binary" >&2
@@ -36,5 +37,5 @@ if [ -z "$browser" ]; then
   fi
   browser=/usr/bin/chromium
 fi
-echo "chromium: $browser ($("$browser" --version 2>/dev/null || echo 'version unknown'))" >&2
+echo "chromium: $browser ($(timeout 20 "$browser" --version 2>/dev/null || echo 'version unknown'))" >&2
 echo "$browser"

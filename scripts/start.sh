@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NX_DAEMON=false
+bash scripts/check-node.sh >/dev/null
 
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "== installing npm packages" >&2
@@ -60,7 +61,6 @@ cleanup() {
 trap 'cleanup; exit 130' INT TERM
 trap cleanup EXIT
 
-bash scripts/check-node.sh >/dev/null
 echo "== infrastructure" >&2
 bash infra/local/stack.sh up >/dev/null
 eval "$(bash infra/local/stack.sh env | sed 's/^/export /')"
@@ -148,7 +148,7 @@ for svc in "${SERVICES[@]}"; do
     sleep 0.5
   done
   echo "== $svc started (pid ${pid[$svc]}), http://127.0.0.1:${ports[$svc]}" >&2
-  if [ "$ready" = false ]; then echo "   not ready after 60s: http://127.0.0.1:${ports[$svc]}/readyz says why" >&2; fi
+  if [ "$ready" = false ]; then echo "   not ready after 120 tries: http://127.0.0.1:${ports[$svc]}/readyz says why" >&2; fi
 done
 
 cat <<INFO

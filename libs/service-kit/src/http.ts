@@ -121,8 +121,8 @@ const BUFFERED_BODY = new Set(['application/json', 'text/plain']);
 const mediaTypeOf = (header: string | undefined) => (header ?? '').split(';', 1)[0]!.trim().toLowerCase();
 /** Routes load balancers and Prometheus call every few seconds. */
 const PROBES = new Set(['/healthz', '/readyz', '/metrics']);
-/** Methods whose body fastify never reads: a deadline on one would fire on a body nobody waits for. */
-const BODYLESS = new Set(['GET', 'HEAD', 'TRACE']);
+/** The methods whose body fastify reads: any other's would be piped into a stream nobody reads. */
+const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 const ignore = () => undefined;
 
@@ -149,7 +149,7 @@ function readBodiesStrictly(app: FastifyInstance, bodyTimeoutMs: number): void {
     parseJson(request, text, done);
   });
   app.addHook('preParsing', async (request, reply, payload) => {
-    if (BODYLESS.has(request.method) || !BUFFERED_BODY.has(mediaTypeOf(request.headers['content-type']))) return payload;
+    if (!BODY_METHODS.has(request.method) || !BUFFERED_BODY.has(mediaTypeOf(request.headers['content-type']))) return payload;
     // Read through a stream of our own, so the deadline can fail the read without destroying the
     // socket the 408 must still go out on.
     const guarded = new PassThrough();
@@ -164,8 +164,16 @@ function readBodiesStrictly(app: FastifyInstance, bodyTimeoutMs: number): void {
     timer.unref();
     const settled = () => clearTimeout(timer);
     guarded.once('end', settled).once('close', settled);
-    // Answered (or the client gone) before the body was read: the deadline has nothing left to guard.
-    reply.raw.once('finish', settled).once('close', settled);
+    // Answered (or the client gone) before the body was read: the deadline has nothing left to
+    // guard, and the rest of the body is let drain as Node would, so a keep-alive connection and
+    // the server's close are not held by a pipe nobody reads.
+    const answered = () => {
+      settled();
+      if (payload.readableEnded) return;
+      payload.unpipe(guarded);
+      payload.resume();
+    };
+    reply.raw.once('finish', answered).once('close', answered);
     payload.once('error', (error) => guarded.destroy(error));
     payload.pipe(guarded);
     return guarded;

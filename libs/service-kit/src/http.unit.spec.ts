@@ -412,6 +412,31 @@ describe('service-kit: requests no route can read', () => {
     }
   });
 
+  it('keeps a connection usable, and the server closable, after a request whose JSON body no route reads', async () => {
+    const { server, url } = await listening({ bodyTimeoutMs: 5_000 });
+    const { hostname, port } = new URL(url);
+    const token = (await bearer({ admin: true })).authorization;
+    const body = JSON.stringify({ pad: 'x'.repeat(200_000) });
+    try {
+      // A method fastify knows no route for, its body unread, then a second request on the same connection.
+      const answer = await new Promise<string>((resolve, reject) => {
+        let text = '';
+        const socket = connect(Number(port), hostname, () => {
+          socket.write(`PROPFIND /annotators/a HTTP/1.1\r\nHost: x\r\nAuthorization: ${token}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+          socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+        });
+        socket.on('data', (chunk) => (text += chunk.toString()));
+        socket.on('close', () => resolve(text));
+        socket.on('error', reject);
+        setTimeout(() => (socket.destroy(), resolve(text)), 3_000);
+      });
+      expect(answer.match(/HTTP\/1\.1 \d{3}/g), answer.slice(0, 600)).toEqual(['HTTP/1.1 404', 'HTTP/1.1 200']);
+    } finally {
+      const closing = server.close();
+      expect(await Promise.race([closing.then(() => 'closed'), new Promise((resolve) => setTimeout(() => resolve('still open'), 2_000))])).toBe('closed');
+    }
+  });
+
   it('answers a JSON body whose bytes are not UTF-8 with 400 INVALID_JSON instead of storing replacement characters', async () => {
     const server = app();
     server.post('/echo', async (request) => request.body);
