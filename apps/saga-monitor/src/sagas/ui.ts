@@ -130,9 +130,11 @@ export function renderPage(): string {
     ];
     facts.forEach(function (f) { dl.appendChild(el('dt', f[0])); var dd = el('dd', f[1]); dd.id = 'summary-' + f[0].replace(/ /g, '-'); dl.appendChild(dd); });
     var body = $('timeline').tBodies[0]; clear(body); $('timeline').hidden = false;
-    var attempt = null;
+    // One heading per attempt, as the saga reaches it: an event of an older attempt that arrives late
+    // (a QaStarted after the reopen) stays under the newer heading, marked late, not a new heading.
+    var attempt = 0;
     saga.events.forEach(function (e) {
-      if (e.attempt !== attempt) {
+      if (e.attempt > attempt) {
         attempt = e.attempt;
         var info = saga.attempts.filter(function (a) { return a.attempt === attempt; })[0];
         var head = el('tr', null, 'attempt-row'); head.dataset.attempt = String(attempt);
@@ -144,7 +146,7 @@ export function renderPage(): string {
       tr.appendChild(el('td', time(e.occurredAt), 'time'));
       tr.appendChild(el('td', e.service, 'service'));
       tr.appendChild(el('td', e.type + (e.version > 1 ? ' v' + e.version : ''), 'event'));
-      tr.appendChild(el('td', e.attempt, 'num'));
+      tr.appendChild(el('td', e.attempt < attempt ? e.attempt + ' (late)' : e.attempt, 'num'));
       tr.appendChild(el('td', e.details));
       var trace = el('td', null, 'mono');
       if (e.traceUrl) { var a = el('a', e.traceId.slice(0, 12) + '…'); a.href = e.traceUrl; a.target = '_blank'; a.rel = 'noopener'; trace.appendChild(a); }
