@@ -123,7 +123,8 @@ const mediaTypeOf = (header: string | undefined) => (header ?? '').split(';', 1)
 const PROBES = new Set(['/healthz', '/readyz', '/metrics']);
 /** The methods whose body fastify reads: any other's would be piped into a stream nobody reads. */
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+// The BOM is left for fastify's parser, which takes one off as its own reader would (two: 400).
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 const ignore = () => undefined;
 
 /**

@@ -446,6 +446,7 @@ describe('service-kit: requests no route can read', () => {
     expect(bad.json()).toEqual({ error: { code: 'INVALID_JSON', message: 'request body is not valid UTF-8' } });
     // Real UTF-8, a BOM before it, and the prototype guard are as fastify's own parser has them.
     expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: Buffer.from('\uFEFF{"reason":"été 🐱"}') })).json()).toEqual({ reason: 'été 🐱' });
+    expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: Buffer.from('\uFEFF\uFEFF{"a":1}') })).statusCode).toBe(400);
     expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: '{"__proto__":{"admin":true}}' })).statusCode).toBe(400);
     expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: '{"constructor":{"prototype":{"admin":true}}}' })).statusCode).toBe(400);
     expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: '' })).json()).toMatchObject({ error: { code: 'INVALID_JSON' } });
