@@ -1,5 +1,4 @@
 import type { Socket } from 'node:net';
-import { PassThrough } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { z } from 'zod';
 import { can, installAuth, Permission, type AuthHookOptions } from '@labelflow/auth';
@@ -125,7 +124,6 @@ const PROBES = new Set(['/healthz', '/readyz', '/metrics']);
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 // The BOM is left for fastify's parser, which takes one off as its own reader would (two: 400).
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
-const ignore = () => undefined;
 
 /**
  * Two things fastify's own body reading lets through. A body whose bytes are not UTF-8: fastify
@@ -149,35 +147,23 @@ function readBodiesStrictly(app: FastifyInstance, bodyTimeoutMs: number): void {
     }
     parseJson(request, text, done);
   });
-  app.addHook('preParsing', async (request, reply, payload) => {
-    if (!BODY_METHODS.has(request.method) || !BUFFERED_BODY.has(mediaTypeOf(request.headers['content-type']))) return payload;
-    // Read through a stream of our own, so the deadline can fail the read without destroying the
-    // socket the 408 must still go out on.
-    const guarded = new PassThrough();
-    // Always one listener: fastify may never read the stream (a 413 or 415 answered first), and an
-    // error nobody listens for would end the process.
-    guarded.on('error', ignore);
+  app.addHook('preParsing', (request, reply, payload, done) => {
+    if (!BODY_METHODS.has(request.method) || !BUFFERED_BODY.has(mediaTypeOf(request.headers['content-type']))) return done(null, payload);
     const timer = setTimeout(() => {
-      payload.unpipe(guarded);
-      if (!reply.sent) reply.header('connection', 'close');
-      guarded.destroy(new HttpError(408, 'REQUEST_TIMEOUT', `the request body was not received within ${bodyTimeoutMs} ms`));
+      // Fail the read fastify is doing, as a broken stream would: its error handler answers the
+      // 408, and `Connection: close` ends the socket with the rest of the body unread. A body
+      // nobody reads (a 413 or 415 already answered) is left alone: an 'error' event without a
+      // listener would end the process.
+      if (payload.readableEnded || reply.sent || payload.listenerCount('error') === 0) return;
+      reply.header('connection', 'close');
+      payload.emit('error', new HttpError(408, 'REQUEST_TIMEOUT', `the request body was not received within ${bodyTimeoutMs} ms`));
     }, bodyTimeoutMs);
     timer.unref();
     const settled = () => clearTimeout(timer);
-    guarded.once('end', settled).once('close', settled);
-    // Answered (or the client gone) before the body was read: the deadline has nothing left to
-    // guard, and the rest of the body is let drain as Node would, so a keep-alive connection and
-    // the server's close are not held by a pipe nobody reads.
-    const answered = () => {
-      settled();
-      if (payload.readableEnded) return;
-      payload.unpipe(guarded);
-      payload.resume();
-    };
-    reply.raw.once('finish', answered).once('close', answered);
-    payload.once('error', (error) => guarded.destroy(error));
-    payload.pipe(guarded);
-    return guarded;
+    payload.once('end', settled);
+    // Answered, or the client gone, before the body was read: nothing is left to guard.
+    reply.raw.once('close', settled);
+    done(null, payload);
   });
 }
 
