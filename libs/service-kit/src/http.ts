@@ -120,8 +120,8 @@ const BUFFERED_BODY = new Set(['application/json', 'text/plain']);
 const mediaTypeOf = (header: string | undefined) => (header ?? '').split(';', 1)[0]!.trim().toLowerCase();
 /** Routes load balancers and Prometheus call every few seconds. */
 const PROBES = new Set(['/healthz', '/readyz', '/metrics']);
-/** The methods whose body fastify reads: any other's would be piped into a stream nobody reads. */
-const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+/** Methods that never carry a body: no deadline to keep. Any other may (fastify reads QUERY's too). */
+const BODYLESS = new Set(['GET', 'HEAD', 'TRACE']);
 // The BOM is left for fastify's parser, which takes one off as its own reader would (two: 400).
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
@@ -148,7 +148,7 @@ function readBodiesStrictly(app: FastifyInstance, bodyTimeoutMs: number): void {
     parseJson(request, text, done);
   });
   app.addHook('preParsing', (request, reply, payload, done) => {
-    if (!BODY_METHODS.has(request.method) || !BUFFERED_BODY.has(mediaTypeOf(request.headers['content-type']))) return done(null, payload);
+    if (BODYLESS.has(request.method) || !BUFFERED_BODY.has(mediaTypeOf(request.headers['content-type']))) return done(null, payload);
     const timer = setTimeout(() => {
       // Fail the read fastify is doing, as a broken stream would: its error handler answers the
       // 408, and `Connection: close` ends the socket with the rest of the body unread. A body
@@ -284,8 +284,11 @@ export function createHttpApp({ logger, readiness, readinessOptional = [], readi
   app.addHook('preClose', async () => {
     closing = true;
   });
-  app.addHook('onSend', async (_request, reply, payload) => {
-    if (closing) reply.header('connection', 'close');
+  app.addHook('onSend', async (request, reply, payload) => {
+    // An answer given before the body arrived whole (401, 415, 413) closes the connection: Node
+    // would otherwise keep reading, and dropping, whatever the client trickles in, for good.
+    // (`complete` is Node's; an injected request has none.)
+    if (closing || request.raw.complete === false) reply.header('connection', 'close');
     return payload;
   });
 
