@@ -130,7 +130,7 @@ export function fmtInfra(ms: Partial<Record<Infra, number>>, items: number, unit
   const parts = INFRA.filter((k) => ms[k] !== undefined).map((k) => `${k} ${(((ms[k] ?? 0) * 1000) / items).toFixed(1)}`);
   return parts.length === 0 ? '' : `${parts.join(' + ')} µs/${unit}`;
 }
-/** The infrastructure's CPU µs per item over a window, every part found summed; NaN when none was. */
+/** Per part, the median of its CPU ms over several windows (a part missing from all is left out). */
 export function medianInfra(xs: readonly Partial<Record<Infra, number>>[]): Partial<Record<Infra, number>> {
   const out: Partial<Record<Infra, number>> = {};
   for (const k of INFRA) {
@@ -139,6 +139,7 @@ export function medianInfra(xs: readonly Partial<Record<Infra, number>>[]): Part
   }
   return out;
 }
+/** The infrastructure's CPU µs per item over a window, every part found summed; NaN when none was. */
 export function infraUsPer(ms: Partial<Record<Infra, number>>, items: number): number {
   const found = INFRA.filter((k) => ms[k] !== undefined);
   return found.length === 0 ? NaN : (found.reduce((sum, k) => sum + (ms[k] ?? 0), 0) * 1000) / items;
