@@ -660,6 +660,11 @@ async function main(): Promise<number> {
           problems,
           ...(failed ? { stoppedEarly: failed } : {}),
         },
+        // CLOCK_MONOTONIC µs, the clock of .cpuprofile timestamps: bench/profile-summary.ts cuts a profile to them.
+        profileWindowsUs: {
+          prelabelsRaw: prelabelRounds.map((r) => r.raw.windowUs),
+          prelabels: prelabelRounds.map((r) => r.label.timed.windowUs),
+        },
         tables: out.join('\n'),
       },
       null,
