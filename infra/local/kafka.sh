@@ -243,7 +243,7 @@ admin_probe() {
 }
 
 cmd_wait() {
-  local start now deadline pid
+  local start now deadline pid=""
   start="$(date +%s)"
   deadline=$((start + KAFKA_WAIT_SECONDS))
   is_installed || die "Kafka jars not installed (run: $0 install)"
@@ -254,21 +254,26 @@ cmd_wait() {
       print_log_tail
       die "broker on $HOST:$KAFKA_PORT not ready after ${KAFKA_WAIT_SECONDS}s"
     fi
-    if port_open "$HOST" "$KAFKA_PORT"; then
-      if admin_probe; then
-        log "broker on $HOST:$KAFKA_PORT is ready ($(($(date +%s) - start))s)"
-        return 0
-      fi
-      sleep 1
-      continue
-    fi
-    # Port closed: fail fast if the broker we launched has died.
+    # Fail fast if the broker we launched has died, also while the port answers: another
+    # process may have bound it after the start's check, and its broker must not pass for ours.
     if [[ -f "$PID_FILE" ]]; then
       pid="$(cat "$PID_FILE")"
       if ! pid_alive "$pid"; then
         print_log_tail
         die "broker process $pid exited"
       fi
+    fi
+    if port_open "$HOST" "$KAFKA_PORT"; then
+      if [[ -n "$pid" ]] && ! listens_on "$pid" "$KAFKA_PORT"; then
+        sleep 0.2 # another process's broker answers there; ours binds the port or dies
+        continue
+      fi
+      if admin_probe; then
+        log "broker on $HOST:$KAFKA_PORT is ready ($(($(date +%s) - start))s)"
+        return 0
+      fi
+      sleep 1
+      continue
     fi
     sleep 0.2
   done

@@ -94,6 +94,13 @@ pid_alive() {
   [[ "$state" != "Z" ]]
 }
 
+# listens_on PID PORT -> 0 if process PID has a listening TCP socket on PORT (or, without
+# ss, when that cannot be told): a server that answers on a port is not always the one launched.
+listens_on() {
+  have ss || return 0
+  ss -ltnpH "sport = :$2" 2>/dev/null | grep -q "pid=$1,"
+}
+
 # pid_cmdline_has PID STRING -> 0 if the process command line contains STRING
 # (guards against pid reuse).
 pid_cmdline_has() {

@@ -41,6 +41,10 @@ redis_answers() { # HOST PORT
   [[ "$out" == "PONG" ]]
 }
 
+redis_process_id() { # HOST PORT: the pid of the server answering there
+  timeout 3 redis-cli -h "$1" -p "$2" info server 2>/dev/null | awk -F: '/^process_id:/ { gsub(/\r/, "", $2); print $2 }'
+}
+
 ensure_binaries() {
   if have redis-server && have redis-cli; then
     return 0
@@ -58,7 +62,7 @@ instance_pid() {
 }
 
 start_instance() {
-  local pid i
+  local pid i launched
   ensure_binaries
   if pid="$(instance_pid)"; then
     log "private Redis already running on 127.0.0.1:$INST_PORT (pid $pid)"
@@ -71,15 +75,26 @@ start_instance() {
   mkdir -p "$INST_DIR"
   rm -f "$INST_DIR/redis.pid"
   log "starting private Redis on 127.0.0.1:$INST_PORT ($INST_DIR)"
-  redis-server --daemonize yes --bind 127.0.0.1 --port "$INST_PORT" \
+  # In the background rather than --daemonize, so that its pid is known at once: a server that
+  # cannot bind (another process took the port after the check above) is seen exiting, instead
+  # of waiting out the timeout while some other server answers on the port. setsid and the
+  # redirections detach it from this script's terminal and pipes (a caller waits for those).
+  setsid redis-server --daemonize no --bind 127.0.0.1 --port "$INST_PORT" \
     --save "" --appendonly no --dir "$INST_DIR" \
     --maxmemory "$REDIS_MAXMEMORY" --maxmemory-policy volatile-lru \
     --pidfile "$INST_DIR/redis.pid" --logfile "$INST_DIR/redis.log" \
-    --protected-mode yes --databases 16 >&2
+    --protected-mode yes --databases 16 </dev/null >>"$INST_DIR/redis.log" 2>&1 &
+  launched=$!
+  # Ready only once the server answering on the port is the one just started: otherwise a test
+  # would flush or stop a server it does not own.
   for ((i = 0; i < REDIS_WAIT_SECONDS * 10; i++)); do
-    if redis_answers 127.0.0.1 "$INST_PORT"; then
+    if [[ "$(redis_process_id 127.0.0.1 "$INST_PORT")" == "$launched" ]]; then
       log "private Redis ready: redis://127.0.0.1:$INST_PORT"
       return 0
+    fi
+    if ! pid_alive "$launched"; then
+      tail -n 30 "$INST_DIR/redis.log" >&2 || true
+      die "private Redis on $INST_PORT exited at start (is the port taken by another server?)"
     fi
     sleep 0.1
   done

@@ -31,18 +31,44 @@ function ephemeralLow(): number {
   }
 }
 
+/** Slices of the port range: one per vitest worker that can run at the same time, and then some. */
+const SLICES = 8;
+
+/** Ports this process handed out: it never hands out one twice, even once its server stopped. */
+const handedOut = new Set<number>();
+
+/**
+ * The ports this process may hand out. Under vitest, each worker (VITEST_POOL_ID: distinct among
+ * the workers running at once) draws from a slice of its own, so two test files running side by
+ * side can never pick the same port, whatever each does with it between finding it free and
+ * binding it (a script starting a server, a server stopped to be started again).
+ */
+function sliceOf(low: number, high: number): readonly [number, number] {
+  const pool = Number(process.env['VITEST_POOL_ID']);
+  if (!Number.isInteger(pool) || pool < 1) return [low, high];
+  const size = Math.floor((high - low) / SLICES);
+  const first = low + ((pool - 1) % SLICES) * size;
+  return [first, first + size];
+}
+
 /**
  * `count` consecutive ports nobody listens on right now, between 20000 and the kernel's ephemeral
  * range (see ephemeralLow), well away from 3001-3005 (the stack `npm start` runs by default).
  */
 export async function spareBase(count = 1): Promise<number> {
-  const span = ephemeralLow() - 20_000 - count;
+  const [low, high] = sliceOf(20_000, ephemeralLow());
+  const span = high - low - count;
   for (let tries = 0; tries < 50; tries++) {
-    const base = 20_000 + Math.floor(Math.random() * span);
-    const free = await Promise.all(Array.from({ length: count }, (_, i) => portFree(base + i)));
-    if (free.every(Boolean)) return base;
+    const base = low + Math.floor(Math.random() * span);
+    const ports = Array.from({ length: count }, (_, i) => base + i);
+    if (ports.some((p) => handedOut.has(p))) continue;
+    const free = await Promise.all(ports.map(portFree));
+    // Checked again after the await: a concurrent call in this process may have taken one meanwhile.
+    if (!free.every(Boolean) || ports.some((p) => handedOut.has(p))) continue;
+    for (const p of ports) handedOut.add(p);
+    return base;
   }
-  throw new Error(`no ${count} consecutive free ports found below the ephemeral range`);
+  throw new Error(`no ${count} consecutive free ports found in ${low}-${high}`);
 }
 
 /** A port nobody listens on right now, outside the range the kernel hands out on its own. */
