@@ -139,8 +139,16 @@ function checkPayouts(s: Snapshot, flag: Flag): void {
 
 function checkCompensated(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag): void {
   const ids = { taskId: t.taskId, projectId: t.projectId };
-  for (const r of s.reviews.filter((r) => r.taskId === t.taskId && r.status === 'passed')) flag('COMPENSATED', `${t.status} task keeps an approved review (attempt ${r.attempt}) in qa-svc`, ids);
-  for (const l of s.labels.filter((l) => l.taskId === t.taskId && l.status === 'accepted')) flag('COMPENSATED', `${t.status} task keeps accepted labels (attempt ${l.attempt}) in label-svc`, ids);
+  // On a cancelled task, a review still pending or labels still submitted are a verdict the
+  // cancel never cleared: a reviewer could still approve its work. (A failed task's attempt was
+  // approved before its billing failed, so only the approval itself can linger there.)
+  const open = (status: string, verdict: string, pending: string) => status === verdict || (t.status === 'cancelled' && status === pending);
+  for (const r of s.reviews.filter((r) => r.taskId === t.taskId && open(r.status, 'passed', 'pending'))) {
+    flag('COMPENSATED', `${t.status} task keeps ${r.status === 'passed' ? 'an approved' : 'a pending'} review (attempt ${r.attempt}) in qa-svc`, ids);
+  }
+  for (const l of s.labels.filter((l) => l.taskId === t.taskId && open(l.status, 'accepted', 'submitted'))) {
+    flag('COMPENSATED', `${t.status} task keeps ${l.status} labels (attempt ${l.attempt}) in label-svc`, ids);
+  }
   if (t.status === 'cancelled') {
     for (const a of s.assignments.filter((a) => a.taskId === t.taskId && a.annotatorId !== null)) flag('COMPENSATED', `cancelled task keeps an open assignment to ${a.annotatorId} in label-svc`, ids);
   }

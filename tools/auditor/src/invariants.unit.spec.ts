@@ -45,6 +45,24 @@ describe('the saga invariants', () => {
     expect(invariantsOf(cancelled).sort()).toEqual(['COMPENSATED', 'COMPENSATED', 'COMPENSATED', 'NO_SURVIVING_DEBIT']);
   });
 
+  it('catch a cancelled task whose review is still pending and whose labels still wait for a verdict', () => {
+    const s = healthy();
+    const open: Snapshot = {
+      ...s,
+      tasks: [{ ...s.tasks[0]!, status: 'cancelled' }],
+      labels: [{ taskId: 't1', attempt: 1, status: 'submitted' }],
+      assignments: [{ taskId: 't1', attempt: 1, annotatorId: null }],
+      reviews: [{ taskId: 't1', attempt: 1, status: 'pending', deadlineAt: null }],
+      projects: [{ projectId: P, pricePerTask: 100, balance: 1_000 }],
+      ledger: s.ledger.filter((e) => e.kind === 'topup'),
+      payouts: [],
+    };
+    expect(checkInvariants(open, options).map((v) => [v.invariant, v.detail])).toEqual([
+      ['COMPENSATED', 'cancelled task keeps a pending review (attempt 1) in qa-svc'],
+      ['COMPENSATED', 'cancelled task keeps submitted labels (attempt 1) in label-svc'],
+    ]);
+  });
+
   it('accept a cancelled task whose money was refunded and whose parts were compensated', () => {
     const s = healthy();
     const refunded: Snapshot = {
