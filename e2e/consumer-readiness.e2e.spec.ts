@@ -41,7 +41,7 @@ describe('readiness of a service whose consumer crashed', () => {
       KAFKA_TOPIC_PARTITIONS: '1',
     });
     cleanups.push(() => service.stop());
-    const http = httpClient(service.url);
+    const http = httpClient(service.url, undefined, { serverErrors: 'return' });
 
     const down = await http.get<Readiness>('/readyz');
     expect(down.status).toBe(503);

@@ -108,7 +108,7 @@ describe('npm start (scripts/start.sh)', () => {
       }),
     ) as Record<(typeof serviceNames)[number], number>;
     Object.values(started).forEach((pid) => pids.add(pid));
-    for (const name of serviceNames) expect((await httpClient(`http://127.0.0.1:${port[name]}`).get('/readyz')).status, `${name} ready`).toBe(200);
+    for (const name of serviceNames) expect((await httpClient(`http://127.0.0.1:${port[name]}`, undefined, { serverErrors: 'return' }).get('/readyz')).status, `${name} ready`).toBe(200);
 
     process.kill(started['label-svc'], 'SIGKILL');
     await out.until(new RegExp(`== label-svc \\(pid ${started['label-svc']}\\) exited unexpectedly with code 137 \\(SIGKILL\\) after \\d+s; the last lines of its log`));
@@ -117,13 +117,13 @@ describe('npm start (scripts/start.sh)', () => {
     const newPid = Number(restartedPid);
     pids.add(newPid);
     expect(newPid).not.toBe(started['label-svc']);
-    await eventually(async () => expect((await httpClient(`http://127.0.0.1:${port['label-svc']}`).get('/readyz')).status).toBe(200), { timeoutMs: 60_000 });
+    await eventually(async () => expect((await httpClient(`http://127.0.0.1:${port['label-svc']}`, undefined, { serverErrors: 'return' }).get('/readyz')).status).toBe(200), { timeoutMs: 60_000 });
     expect(alive(newPid)).toBe(true);
     expect(alive(started['label-svc'])).toBe(false);
     // The others never noticed.
     for (const name of ['task-svc', 'qa-svc', 'billing-svc'] as const) {
       expect(alive(started[name]), `${name} still runs as pid ${started[name]}`).toBe(true);
-      expect((await httpClient(`http://127.0.0.1:${port[name]}`).get('/readyz')).status, `${name} ready`).toBe(200);
+      expect((await httpClient(`http://127.0.0.1:${port[name]}`, undefined, { serverErrors: 'return' }).get('/readyz')).status, `${name} ready`).toBe(200);
     }
     expect(out.text()).not.toMatch(/(task-svc|qa-svc|billing-svc) \(pid \d+\) exited/);
 

@@ -130,7 +130,7 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     await app.listen({ port: 0, host: '127.0.0.1' });
     apps.push(app);
     const address = app.server.address();
-    const http = httpClient(`http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`, null);
+    const http = httpClient(`http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`, null, { serverErrors: 'return' });
     return { app, http, metrics, namespace, redis };
   };
 
@@ -372,16 +372,19 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
   });
 
   it('releases a lock that a timed-out begin left in Redis, so the retry of a failed command runs instead of answering 409', async () => {
-    const { http, namespace } = await start({ redisUrl: privateRedis.url, redisTimeoutMs: 50 });
+    const { http, namespace, metrics } = await start({ redisUrl: privateRedis.url, redisTimeoutMs: 50 });
     const observer = await connect(privateRedis.url);
     const key = randomUUID();
     const name = uniqueName('late-begin');
     failuresLeft.set(name, 1);
-    // Redis holds every write (the begin script included) for 300 ms: the plugin gives up on it
-    // after 50 ms, yet Redis runs it afterwards and sets this request's lock.
-    await observer.call('CLIENT', 'PAUSE', '300', 'WRITE');
+    // Redis holds every write (the begin script included) for 2 s, far longer than the request
+    // takes to reach it: the plugin gives up on the begin after 50 ms, yet Redis runs it
+    // afterwards and sets this request's lock.
+    await observer.call('CLIENT', 'PAUSE', '2000', 'WRITE');
     const failed = await post(http, { name }, key);
     expect(failed.status).toBe(503);
+    // The begin did time out (the case under test), rather than run before or after the pause.
+    expect(metricValue(await metrics.render(), 'idempotency_redis_fallbacks_total', { op: 'begin' })).toBe(1);
     await observer.set(`${namespace}:probe`, '1'); // returns once the pause is over
     await eventually(async () => expect(await observer.get(`${namespace}:alice:p1:${key}`)).toBeNull());
 
