@@ -1,5 +1,6 @@
-import { afterAll, beforeAll, describe, inject, it } from 'vitest';
-import { startStack, type TestStack } from '@labelflow/testing';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { ServiceName } from '@labelflow/contracts';
+import { eventually, groupMembers, startStack, type TestStack } from '@labelflow/testing';
 import { expectAuditClean } from './audit';
 import { expectExactlyOnce } from './effects';
 import { approveAll, createProject, createTask, waitForStatus } from './saga';
@@ -22,6 +23,10 @@ describe('two instances of a service in one consumer group', () => {
     // A second billing-svc and a second qa-svc join their groups while approvals are flowing.
     const [billing2, qa2] = await Promise.all([stack.startExtra('billing-svc'), stack.startExtra('qa-svc')]);
     await first;
+    // The rebalance did happen: each group now has two members, each holding partitions.
+    const split = (name: ServiceName) =>
+      eventually(async () => expect((await groupMembers(inject('infra').kafkaBrokers, stack.groupOf(name))).map((m) => m.partitions > 0)).toEqual([true, true]), { timeoutMs: 60_000, intervalMs: 250 });
+    await Promise.all([split('billing-svc'), split('qa-svc')]);
     const second = drive(tasks.slice(8, 16));
     // The newcomers die hard mid-stream: their partitions move back after the session timeout, and
     // whatever they had claimed but not committed is redelivered.

@@ -108,6 +108,7 @@ describe('the progress probe', () => {
   it('follows the group as it catches up, with no admin call beyond the two the progress probe makes', async () => {
     let committed = 2;
     const { probe, lag, calls } = setup(() => ({ 'labelflow.billing-events': [{ low: 0, high: 6, committed }] }));
+    const t0 = Date.now();
     probe.start();
     await vi.advanceTimersByTimeAsync(1_000);
     expect(await lag('labelflow.billing-events', 0)).toBe(4);
@@ -115,7 +116,8 @@ describe('the progress probe', () => {
     await vi.advanceTimersByTimeAsync(1_000);
     probe.stop();
     expect(await lag('labelflow.billing-events', 0)).toBe(0);
-    expect(probe.caughtUpTo()).toBeDefined();
+    // The second probe saw the group past both probes' watermarks: caught up to the newest.
+    expect(probe.caughtUpTo()).toBe(t0 + 2_000);
     expect(calls).toEqual({ topicOffsets: 2, groupOffsets: 2 });
   });
 
@@ -140,16 +142,18 @@ describe('the progress probe', () => {
 
   it('counts a partition whose records were all deleted before the group committed there as passed, so deadlines keep their clock', async () => {
     const { probe, lag } = setup(() => ({ 'labelflow.task-events': [{ low: 3, high: 3 }, { low: 0, high: 5, committed: 5 }] }));
+    const t0 = Date.now();
     probe.start();
     await vi.advanceTimersByTimeAsync(2_000);
     probe.stop();
-    expect(probe.caughtUpTo()).toBeDefined();
+    expect(probe.caughtUpTo()).toBe(t0 + 2_000);
     expect(await lag('labelflow.task-events', 0)).toBe(0);
   });
 
   it('reads the log starts again when a partition holds the group up with a commit that does not move, and then sees it passed', async () => {
     let low = 0;
     const { asked, probe } = onePartition({ high: 3, low: () => low, committed: () => -1 });
+    const t0 = Date.now();
     probe.start();
     await vi.advanceTimersByTimeAsync(1_000);
     expect(probe.caughtUpTo()).toBeUndefined();
@@ -157,7 +161,8 @@ describe('the progress probe', () => {
     low = 3;
     await vi.advanceTimersByTimeAsync(3_000);
     probe.stop();
-    expect(probe.caughtUpTo()).toBeDefined();
+    // The third probe read the new log start and passed all three; the fourth passed too.
+    expect(probe.caughtUpTo()).toBe(t0 + 4_000);
     expect(asked.slice(0, 3)).toEqual([true, false, true]);
   });
 });

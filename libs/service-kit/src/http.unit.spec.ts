@@ -401,10 +401,13 @@ describe('service-kit: requests no route can read', () => {
         openRequest(`POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: ${token}\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"a":`),
         openRequest(`POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: ${token}\r\nContent-Type: application/json-patch+json\r\nContent-Length: 50\r\n\r\n[`),
       ]);
-      await new Promise((resolve) => setTimeout(resolve, 600));
-      expect(sockets.map((s) => s.answer().slice(0, 12))).toEqual(['HTTP/1.1 200', 'HTTP/1.1 413', 'HTTP/1.1 415']);
-      for (const { socket } of sockets) socket.destroy();
+      await vi.waitFor(() => expect(sockets.map((s) => s.answer().slice(0, 12))).toEqual(['HTTP/1.1 200', 'HTTP/1.1 413', 'HTTP/1.1 415']), { timeout: 10_000, interval: 20 });
+      // The server (in this process) set each body deadline before it answered. A timer set now
+      // and due after them runs after them (Node runs timers in the order they fall due), so once
+      // it has, every deadline has passed, with the sockets still open and their bodies unread.
+      await new Promise((resolve) => setTimeout(resolve, 150 + 50));
       expect(crashes).toEqual([]);
+      for (const { socket } of sockets) socket.destroy();
       expect((await fetch(`${url}/healthz`)).status).toBe(200);
     } finally {
       process.off('uncaughtException', crash);

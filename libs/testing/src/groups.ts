@@ -59,3 +59,27 @@ export async function holdConsumerGroup(brokers: string, groupId: string, { time
   );
   return { release: () => member.disconnect() };
 }
+
+/** One member of a consumer group as the broker sees it: its client and the partitions it holds. */
+export interface GroupMember {
+  readonly clientId: string;
+  readonly partitions: number;
+}
+
+/** The members of `groupId` and how many partitions each holds (empty while the group rebalances or is empty). */
+export async function groupMembers(brokers: string, groupId: string): Promise<GroupMember[]> {
+  const admin = new Kafka({ clientId: uniqueName('group-reader'), brokers: brokers.split(','), logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  try {
+    const { groups } = await admin.describeGroups([groupId]);
+    const group = groups[0];
+    if (!group || group.state !== 'Stable') return [];
+    return group.members.map((m) => {
+      const decoded = m.memberAssignment.length > 0 ? AssignerProtocol.MemberAssignment.decode(m.memberAssignment) : null;
+      const partitions = decoded ? Object.values(decoded.assignment).reduce((n, ps) => n + ps.length, 0) : 0;
+      return { clientId: m.clientId, partitions };
+    });
+  } finally {
+    await admin.disconnect();
+  }
+}
