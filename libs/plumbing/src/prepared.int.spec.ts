@@ -2,6 +2,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createTestDatabase, uniqueName } from '@labelflow/testing';
 import { usePreparedStatements } from './prepared';
+import { withTransaction } from './transaction';
+import { isTransientDbError } from './transient';
 
 const infra = inject('infra');
 
@@ -76,5 +78,36 @@ describe('usePreparedStatements on a real PostgreSQL', () => {
     const rows = await new Promise<unknown[]>((resolve, reject) => pool.query('SELECT id FROM items WHERE n >= $1 ORDER BY id', [50], (error, result) => (error ? reject(error) : resolve(result.rows))));
     expect(rows).toEqual([{ id: 'callback-1' }]);
     expect((await pool.query('SELECT id FROM items WHERE n >= $1 ORDER BY id', [50])).rows).toEqual([{ id: 'callback-1' }]);
+  });
+  it('closes a connection whose prepared statement another instance\'s migration outdated, so the retry prepares it again and sees the new column', async () => {
+    // One connection, so that the retry can only succeed on a fresh one.
+    const own = usePreparedStatements(new pg.Pool({ connectionString: url, max: 1 }));
+    const migrator = new pg.Client({ connectionString: url });
+    await migrator.connect();
+    try {
+      const table = uniqueName('wide').replace(/[^a-z0-9_]/gi, '_');
+      await migrator.query(`CREATE TABLE ${table} (id text PRIMARY KEY, n int NOT NULL)`);
+      await migrator.query(`INSERT INTO ${table} VALUES ('a', 1)`);
+      const load = (client: pg.ClientBase) => client.query(`SELECT * FROM ${table} WHERE id = ANY($1::text[]) FOR UPDATE`, [['a']]);
+      expect((await withTransaction(own, load)).rows).toEqual([{ id: 'a', n: 1 }]);
+      expect((await own.query(`SELECT * FROM ${table} WHERE id = $1`, ['a'])).rows).toEqual([{ id: 'a', n: 1 }]);
+
+      await migrator.query(`ALTER TABLE ${table} ADD COLUMN note text NOT NULL DEFAULT 'new'`);
+      // In a transaction: the failure is transient, and the retry runs on a new connection.
+      const failed = await withTransaction(own, load).catch((error: unknown) => error);
+      expect((failed as { code?: string }).code).toBe('0A000');
+      expect(isTransientDbError(failed)).toBe(true);
+      expect((await withTransaction(own, load)).rows).toEqual([{ id: 'a', n: 1, note: 'new' }]);
+      // pool.query (its own checkout and release) recovers the same way.
+      expect((await own.query(`SELECT * FROM ${table} WHERE id = $1`, ['a'])).rows).toEqual([{ id: 'a', n: 1, note: 'new' }]);
+      await migrator.query(`ALTER TABLE ${table} ADD COLUMN flag boolean NOT NULL DEFAULT true`);
+      const once = await own.query(`SELECT * FROM ${table} WHERE id = $1`, ['a']).catch((error: unknown) => error);
+      expect(isTransientDbError(once)).toBe(true);
+      expect((await own.query(`SELECT * FROM ${table} WHERE id = $1`, ['a'])).rows).toEqual([{ id: 'a', n: 1, note: 'new', flag: true }]);
+      expect((await withTransaction(own, load)).rows).toEqual([{ id: 'a', n: 1, note: 'new', flag: true }]);
+    } finally {
+      await migrator.end();
+      await own.end();
+    }
   });
 });

@@ -1,3 +1,5 @@
+import { isStalePreparedStatement } from './prepared';
+
 /**
  * SQLSTATEs where the database, not the statement, is the problem: the same work succeeds once it
  * recovers. Classes 08 (connection), 53 (insufficient resources: disk full, out of memory, too
@@ -20,6 +22,9 @@ export function isTransientDbError(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
   const { code, message } = error as { code?: unknown; message?: unknown };
   if (typeof code === 'string' && (TRANSIENT_SQLSTATE.test(code) || TRANSIENT_NET_CODES.has(code))) return true;
+  // A prepared statement another instance's migration outdated: its connection is closed on
+  // release (usePreparedStatements), and the same work succeeds on the next one.
+  if (isStalePreparedStatement(error)) return true;
   if (typeof message !== 'string') return false;
   return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(message);
 }

@@ -20,6 +20,12 @@ describe('isTransientDbError', () => {
     for (const code of ['23505', '22012', '42P01', '22P02', '57P04', '0A000']) expect(isTransientDbError(withCode(code)), code).toBe(false);
     expect(isTransientDbError(new TypeError('x is undefined'))).toBe(false);
     expect(isTransientDbError({})).toBe(false);
+  });
+
+  it('is true for a prepared statement outdated by a column another instance added, and for no other 0A000', () => {
+    expect(isTransientDbError(Object.assign(new Error('cached plan must not change result type'), { code: '0A000' }))).toBe(true);
+    expect(isTransientDbError(Object.assign(new Error('cached plan must not change result type'), { code: '42P01' }))).toBe(false);
+    expect(isTransientDbError(Object.assign(new Error('unsupported feature'), { code: '0A000' }))).toBe(false);
     expect(isTransientDbError(undefined)).toBe(false);
   });
 });
