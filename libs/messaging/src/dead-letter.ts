@@ -93,6 +93,8 @@ export function createDeadLetter({ producer, topic, groupId, retry, metrics, log
           form = smaller;
           continue;
         }
+        // Counted where stalls are looked for: the partition (and its fetch) waits here until the send succeeds.
+        metrics.retries?.inc({ topic: raw.topic, kind: 'dead_letter' });
         log.warn({ err: error, source: coordinates(raw) }, 'dead-letter publish failed; retrying');
         if (!(await waitOrAbort(backoffMs(retry, attempt), payload))) return 'aborted';
       }
