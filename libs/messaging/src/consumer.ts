@@ -95,8 +95,9 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
   const log = logger.child({ component: 'consumer', groupId });
   const metrics = createConsumerMetrics(options.metrics);
   const grouping = options.groupCommit === false ? undefined : { ...defaultGroupCommit, ...options.groupCommit };
+  const isRetriable = options.isRetriable ?? defaultIsRetriable;
   const processor = grouping
-    ? groupCommit(options.processor, { ...grouping, merged: linkedToDeliveries, onGroup: (runs) => metrics.groupedRuns?.observe(runs) })
+    ? groupCommit(options.processor, { ...grouping, merged: linkedToDeliveries, onGroup: (runs) => metrics.groupedRuns?.observe(runs), isRetriable })
     : options.processor;
   const consumer = kafka.consumer({
     groupId,
@@ -123,7 +124,7 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
   const apply = createRunApplier<E>({
     processor,
     retry,
-    isRetriable: options.isRetriable ?? defaultIsRetriable,
+    isRetriable,
     metrics,
     log,
     record: (deliveries, outcomes, started) => recordOutcomes({ metrics, log }, deliveries, outcomes, started),

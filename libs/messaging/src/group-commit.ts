@@ -13,6 +13,12 @@ export interface GroupCommitOptions<E> {
   readonly merged?: <T>(deliveries: readonly Delivery<E>[], work: () => Promise<T>) => Promise<T>;
   /** Told of each call made, with the runs and deliveries it carries (a metric). */
   readonly onGroup?: (runs: number, deliveries: number) => void;
+  /**
+   * True when waiting can fix the failure (the database away). A merged call that failed so
+   * fails every caller at once: each retries on its own clock, heartbeating while it backs off,
+   * instead of waiting while the runs are tried alone one after another, each failing the same way.
+   */
+  readonly isRetriable?: (error: unknown) => boolean;
 }
 
 export const defaultGroupCommit = { maxDeliveries: 1_000, concurrency: 2 } as const;
@@ -37,9 +43,10 @@ interface Pending<E> {
  * previous one returned, so per-partition (and so per-task) order holds. A merged call that throws
  * proves nothing about any single run: each run is then tried alone, in arrival order, and only
  * the caller whose run fails sees the error, and splits, retries or dead-letters it as before.
+ * Unless the error is one waiting can fix: then every caller gets it at once and retries itself.
  */
 export function groupCommit<E>(inner: BatchProcessor<E>, options: GroupCommitOptions<E>): BatchProcessor<E> {
-  const { maxDeliveries, concurrency, merged = (_deliveries, work) => work(), onGroup } = options;
+  const { maxDeliveries, concurrency, merged = (_deliveries, work) => work(), onGroup, isRetriable = () => false } = options;
   let queue: Pending<E>[] = [];
   let inFlight = 0;
   let scheduled = false;
@@ -74,7 +81,11 @@ export function groupCommit<E>(inner: BatchProcessor<E>, options: GroupCommitOpt
     let outcomes: readonly DeliveryOutcome[];
     try {
       outcomes = await merged(deliveries, () => inner.process(deliveries));
-    } catch {
+    } catch (error) {
+      if (isRetriable(error)) {
+        for (const p of group) p.reject(error);
+        return;
+      }
       // Which run failed is unknown: each alone, so the failure reaches its own caller only.
       for (const p of group) await alone(p);
       return;

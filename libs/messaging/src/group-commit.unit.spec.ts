@@ -86,6 +86,26 @@ describe('groupCommit', () => {
     expect(reasons((results[0] as PromiseFulfilledResult<readonly DeliveryOutcome[]>).value)).toEqual([1, 2]);
   });
 
+  it('fails every caller at once when a merged call fails in a way waiting can fix, instead of trying each run alone against a database that is away', async () => {
+    const away = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
+    const calls: number[][] = [];
+    const p = grouped(
+      {
+        handles: () => true,
+        async process(deliveries) {
+          calls.push(deliveries.map((d) => d.event.n));
+          throw away;
+        },
+      },
+      { isRetriable: (error) => error === away },
+    );
+
+    const results = await Promise.allSettled([p.process(run(0, 1, 2)), p.process(run(1, 3)), p.process(run(2, 4))]);
+
+    expect(calls).toEqual([[1, 2, 3, 4]]);
+    expect(results.map((r) => (r.status === 'rejected' ? r.reason : r.status))).toEqual([away, away, away]);
+  });
+
   it('hands a processor that throws synchronously back to its caller as a rejection and keeps serving the next runs', async () => {
     let calls = 0;
     const p = grouped({
