@@ -69,12 +69,13 @@ echo "== building services" >&2
 node scripts/build.mjs
 
 # The services verify bearer tokens against the local development key (created on first use in
-# .local/auth, or LABELFLOW_SIGNING_KEY_FILE); `npm run token` signs with the same key. Settings
-# already in the environment (a real identity provider's) win.
+# .local/auth, or LABELFLOW_SIGNING_KEY_FILE); `npm run token` signs with the same key, and the
+# services trust it only in a development environment (NODE_ENV, development unless set).
+# Settings already in the environment (a real identity provider's) win.
 if [ -z "${AUTH_PUBLIC_KEYS:-}${AUTH_PUBLIC_KEYS_FILE:-}${AUTH_JWKS_URL:-}" ]; then
   echo "== development identity ($(node -e 'console.log(process.env.LABELFLOW_SIGNING_KEY_FILE || ".local/auth/dev-signing-key.json")'))" >&2
   AUTH_PUBLIC_KEYS="$(npx --no-install tsx tools/token/src/jwks.ts)"
-  export AUTH_PUBLIC_KEYS AUTH_ISSUER="${AUTH_ISSUER:-labelflow-dev}" AUTH_AUDIENCE="${AUTH_AUDIENCE:-labelflow}"
+  export AUTH_PUBLIC_KEYS AUTH_ISSUER="${AUTH_ISSUER:-labelflow-dev}" AUTH_AUDIENCE="${AUTH_AUDIENCE:-labelflow}" NODE_ENV="${NODE_ENV:-development}"
 fi
 
 PORT_BASE="${LABELFLOW_PORT_BASE:-3001}"

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { authorize, checkVerifierOptions, createRateLimiter, createTokenVerifier, type AuthHookOptions, type Permission, type TokenVerifierOptions } from '@labelflow/auth';
+import { authorize, checkVerifierOptions, createRateLimiter, createTokenVerifier, DEV_ISSUER, type AuthHookOptions, type Permission, type TokenVerifierOptions } from '@labelflow/auth';
 import type { ProjectId } from '@labelflow/contracts';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import { HttpError, ServiceKitError, ServiceKitErrors } from './errors';
@@ -29,7 +29,7 @@ export const AuthConfigShape = {
   AUTH_CLOCK_SKEW_S: z.coerce.number().int().min(0).max(300).default(30),
   /** The longest lifetime a token may claim (exp - iat), seconds: longer-lived tokens are refused. */
   AUTH_MAX_TOKEN_LIFETIME_S: z.coerce.number().int().min(60).max(2_592_000).default(86_400),
-  /** Only `development` and `test` accept AUTH_DEV_SHARED_SECRET (the image sets `production`). */
+  /** Only `development` and `test` accept AUTH_DEV_SHARED_SECRET or the development issuer (the image sets `production`). */
   NODE_ENV: z.string().optional(),
   /** Per-subject requests per second to one service, shared by its instances through Redis. */
   RATE_LIMIT_PER_SECOND: z.coerce.number().min(0.01).max(1_000_000).default(100),
@@ -79,6 +79,11 @@ function verifierOptions(config: AuthConfig): { options?: TokenVerifierOptions; 
   // a development or test one, so one that merely forgot NODE_ENV refuses it.
   if (config.AUTH_DEV_SHARED_SECRET !== undefined && !DEV_ENVIRONMENTS.includes(config.NODE_ENV ?? '')) {
     problems.push(`AUTH_DEV_SHARED_SECRET: accepted only with NODE_ENV=development or test (NODE_ENV is ${config.NODE_ENV === undefined ? 'unset' : JSON.stringify(config.NODE_ENV)}); give the identity provider's public keys`);
+  }
+  // The development issuer's key sits in plain text in a checkout (.local/auth), and `npm run
+  // token` mints an admin with it: a deployment trusting it must say it is a development one.
+  if (config.AUTH_ISSUER === DEV_ISSUER && !DEV_ENVIRONMENTS.includes(config.NODE_ENV ?? '')) {
+    problems.push(`AUTH_ISSUER: "${DEV_ISSUER}" is the local development identity (npm run token), accepted only with NODE_ENV=development or test (NODE_ENV is ${config.NODE_ENV === undefined ? 'unset' : JSON.stringify(config.NODE_ENV)}); give the identity provider's issuer and keys`);
   }
   return { options, problems };
 }

@@ -10,7 +10,7 @@ const validEnv = {
   DATABASE_URL: 'postgres://user:pw@localhost:5432/tasks',
   REDIS_URL: 'redis://localhost:6379',
   // Required since services verify bearer tokens: who issues them, for whom, with which public key.
-  AUTH_ISSUER: 'labelflow-dev',
+  AUTH_ISSUER: 'https://id.example.com/',
   AUTH_AUDIENCE: 'labelflow',
   AUTH_PUBLIC_KEYS: JSON.stringify({ keys: [{ kty: 'OKP', crv: 'Ed25519', x: '11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo' }] }),
 };
@@ -114,6 +114,14 @@ describe('service-kit: loadConfig', () => {
     for (const bad of ['59', '2592001', 'forever']) {
       expect((failure({ ...validEnv, AUTH_MAX_TOKEN_LIFETIME_S: bad }).details as string[]).map((p) => p.split(':')[0]), bad).toEqual(['AUTH_MAX_TOKEN_LIFETIME_S']);
     }
+  });
+
+  it('trusts the local development issuer only where NODE_ENV says development or test, since anyone with the checkout can mint its tokens', () => {
+    const dev = { ...validEnv, AUTH_ISSUER: 'labelflow-dev' };
+    for (const NODE_ENV of ['development', 'test']) expect(loadConfig(BaseConfig, { ...dev, NODE_ENV })).toMatchObject({ AUTH_ISSUER: 'labelflow-dev' });
+    const problem = (nodeEnv: string) => `AUTH_ISSUER: "labelflow-dev" is the local development identity (npm run token), accepted only with NODE_ENV=development or test (NODE_ENV is ${nodeEnv}); give the identity provider's issuer and keys`;
+    expect(failure({ ...dev, NODE_ENV: 'production' }).details).toEqual([problem('"production"')]);
+    expect(failure(dev).details).toEqual([problem('unset')]);
   });
 
   it('takes a development shared secret only where NODE_ENV says development or test', () => {

@@ -96,7 +96,7 @@ describe('service-kit: /metrics for scrapers (METRICS_PORT)', () => {
       KAFKA_BROKERS: 'k:9092',
       DATABASE_URL: 'postgres://localhost/t',
       REDIS_URL: 'redis://localhost:6379',
-      AUTH_ISSUER: 'labelflow-dev',
+      AUTH_ISSUER: 'https://id.example.com/',
       AUTH_AUDIENCE: 'labelflow',
       AUTH_PUBLIC_KEYS: JSON.stringify({ keys: [{ kty: 'OKP', crv: 'Ed25519', x: '11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo' }] }),
     };

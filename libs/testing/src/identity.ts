@@ -19,10 +19,13 @@ export const as = {
   annotator: (user: string, projectId: string): TestIdentity => ({ user, projects: { [projectId]: 'annotator' } }),
 };
 
-/** The environment a service needs to accept the test tokens (the local development key). */
+/**
+ * The environment a service needs to accept the test tokens (the local development key), which
+ * it trusts only in a development or test environment.
+ */
 export async function authEnv(): Promise<Record<string, string>> {
   const key = await devKey();
-  return { AUTH_ISSUER: DEV_ISSUER, AUTH_AUDIENCE: DEV_AUDIENCE, AUTH_PUBLIC_KEYS: JSON.stringify(key.publicJwks) };
+  return { NODE_ENV: 'test', AUTH_ISSUER: DEV_ISSUER, AUTH_AUDIENCE: DEV_AUDIENCE, AUTH_PUBLIC_KEYS: JSON.stringify(key.publicJwks) };
 }
 
 let key: Promise<DevKey> | undefined;
