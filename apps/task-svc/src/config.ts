@@ -31,8 +31,9 @@ export const TaskSvcConfig = BaseConfig.extend({
   /** Uploads one instance runs at once; more answer 503 IMPORT_BUSY with Retry-After (they share the service's database pool). */
   IMPORT_MAX_CONCURRENT: z.coerce.number().int().min(1).max(100).default(4),
   /**
-   * Of those, uploads one project runs at once (at most IMPORT_MAX_CONCURRENT): one tenant's
-   * uploads, however slowly they trickle in, leave the other slots to the other projects.
+   * Of those, uploads one project runs at once, and one caller across projects (at most
+   * IMPORT_MAX_CONCURRENT): one tenant's uploads, however slowly they trickle in, leave the other
+   * slots to the other projects, and so do the uploads of someone with roles in several.
    */
   IMPORT_MAX_PER_PROJECT: z.coerce.number().int().min(1).max(100).default(2),
 });

@@ -343,6 +343,27 @@ describe('task-svc bulk import, a client gone silent and a full instance', () =>
     first.end();
     expect(await first.answer).toMatchObject({ status: 200, body: { status: 'completed', created: 1 } });
   });
+  it('bounds one caller\'s uploads by IMPORT_MAX_PER_PROJECT across projects too, so a manager of several projects cannot take every slot', async () => {
+    const { svc, baseUrl } = await start({ IMPORT_MAX_CONCURRENT: '3', IMPORT_MAX_PER_PROJECT: '1' });
+    services.push(svc);
+    const [p1, p2, p3] = [randomUUID(), randomUUID(), randomUUID()];
+    const manager: TestIdentity = { user: 'mgr-many', projects: { [p1]: 'manager', [p2]: 'manager' } };
+    const first = streamingUpload(baseUrl, `/projects/${p1}/tasks/import?importId=${randomUUID()}`, manager);
+    await first.start();
+    await first.write(`${line('m1')}\n`);
+    await eventually(async () => expect((await queryRows<{ n: string }>(svc.databaseUrl, "SELECT count(*) AS n FROM imports WHERE project_id = $1 AND status = 'running'", [p1]))[0]?.n).toBe('1'));
+    // Another of the caller's projects, with a slot free: still refused, the caller holds one already.
+    const second = await svc.http(manager).post<{ error: { message: string } }>(`/projects/${p2}/tasks/import?importId=${randomUUID()}`, file([line('m2')]), NDJSON);
+    expect(refusal(second)).toEqual({ status: 503, code: 'IMPORT_BUSY' });
+    expect(second.body.error.message).toMatch(/^you have 1 imports running on this instance already/);
+    // Someone else finds the free slot.
+    const other = await svc.http(as.owner('own-3', p3)).post<Summary>(`/projects/${p3}/tasks/import?importId=${randomUUID()}`, file([line('o1')]), NDJSON);
+    expect(other.status, JSON.stringify(other.body)).toBe(200);
+    first.end();
+    expect(await first.answer).toMatchObject({ status: 200, body: { status: 'completed', created: 1 } });
+    // Once the first upload ended, the caller's next one runs.
+    expect((await svc.http(manager).post<Summary>(`/projects/${p2}/tasks/import?importId=${randomUUID()}`, file([line('m3')]), NDJSON)).status).toBe(200);
+  });
 });
 
 describe('task-svc bulk import, a shutdown during an upload', () => {

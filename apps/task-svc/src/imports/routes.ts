@@ -98,7 +98,14 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
 
     let running = 0;
     const runningIn = new Map<string, number>();
+    // The same bound per caller: someone with roles in several projects cannot take every slot either.
+    const runningBy = new Map<string, number>();
     const perProject = Math.min(config.IMPORT_MAX_PER_PROJECT, config.IMPORT_MAX_CONCURRENT);
+    const release = (counts: Map<string, number>, key: string) => {
+      const left = (counts.get(key) ?? 1) - 1;
+      if (left > 0) counts.set(key, left);
+      else counts.delete(key);
+    };
     // A shutdown ends the uploads under way as a dropped connection would: their committed batches
     // stay, the job is left interrupted with its hold released, and the client resumes with the
     // same importId (on another instance, or this one once it is back). Waiting for them instead
@@ -110,15 +117,23 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
     scope.post('/projects/:projectId/tasks/import', { onRequest: admit }, async (request, reply: FastifyReply) => {
       const { projectId } = parseInput(ImportParams, request.params, 'path');
       const { importId } = parseInput(ImportQuery, request.query, 'query');
+      const caller = request.principal.subject;
       const ofProject = runningIn.get(projectId) ?? 0;
-      if (running >= config.IMPORT_MAX_CONCURRENT || ofProject >= perProject) {
+      const ofCaller = runningBy.get(caller) ?? 0;
+      if (running >= config.IMPORT_MAX_CONCURRENT || ofProject >= perProject || ofCaller >= perProject) {
         uploads.inc({ outcome: ImportErrors.IMPORT_BUSY });
         reply.header('retry-after', '5');
-        const what = ofProject >= perProject ? `project ${projectId} has ${ofProject} imports running on this instance already` : `this instance runs ${running} imports already`;
+        const what =
+          ofProject >= perProject
+            ? `project ${projectId} has ${ofProject} imports running on this instance already`
+            : ofCaller >= perProject
+              ? `you have ${ofCaller} imports running on this instance already`
+              : `this instance runs ${running} imports already`;
         throw new HttpError(503, ImportErrors.IMPORT_BUSY, `${what}; upload again in a moment with the same importId`);
       }
       running++;
       runningIn.set(projectId, ofProject + 1);
+      runningBy.set(caller, ofCaller + 1);
       uploading.add(request);
       const body = withIdleLimit((request.body ?? []) as AsyncIterable<Buffer | string>, config.IMPORT_IDLE_MS, () => request.raw.destroy());
       try {
@@ -135,9 +150,8 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
         throw new HttpError(statusFor[error.code], error.code, error.message);
       } finally {
         running--;
-        const left = (runningIn.get(projectId) ?? 1) - 1;
-        if (left === 0) runningIn.delete(projectId);
-        else runningIn.set(projectId, left);
+        release(runningIn, projectId);
+        release(runningBy, caller);
         uploading.delete(request);
       }
     });
