@@ -44,8 +44,21 @@ const ADDRESSES: readonly RegExp[] = [
   /(?<=\b(?:ENOTFOUND|EAI_AGAIN)\s)\S+/g,
 ];
 
-/** An error's message for the public /readyz body, with addresses replaced. */
-export const publicReason = (message: string): string => ADDRESSES.reduce((text, pattern) => text.replace(pattern, '<address>'), message);
+const withoutAddresses = (message: string): string => ADDRESSES.reduce((text, pattern) => text.replace(pattern, '<address>'), message);
+
+/**
+ * Why a check is down, for the public /readyz body. What a server answered (a PostgreSQL error
+ * with its SQLSTATE, a Redis error reply) can name a user, a database or a key, so it is told by
+ * its code alone (`PostgreSQL 28P01`, `Redis WRONGPASS`); other errors (a refused connection, a
+ * timeout, the consumer's own account) by their text with addresses replaced. The log keeps all.
+ */
+export function publicReason(error: unknown): string {
+  if (typeof error !== 'object' || error === null) return withoutAddresses(String(error));
+  const { code, severity, name, message } = error as { code?: unknown; severity?: unknown; name?: unknown; message?: unknown };
+  if (typeof severity === 'string' && typeof code === 'string') return `PostgreSQL ${code}`;
+  if (name === 'ReplyError' && typeof message === 'string') return `Redis ${/^[A-Z]+/.exec(message)?.[0] ?? 'error reply'}`;
+  return withoutAddresses(typeof message === 'string' ? message : String(error));
+}
 
 /**
  * Runs the readiness probes, each bounded by `timeoutMs`. Callers that come while a run is under
@@ -71,7 +84,7 @@ export function readinessProbe(probes: HttpAppDeps['readiness'], { timeoutMs, lo
     } catch (error) {
       if (last.get(name) !== 'down') logger.warn({ err: error, check: name }, 'readiness check fails');
       last.set(name, 'down');
-      return [name, `down: ${publicReason((error as Error | undefined)?.message ?? String(error))}`];
+      return [name, `down: ${publicReason(error)}`];
     } finally {
       clearTimeout(timer);
     }

@@ -247,6 +247,19 @@ describe('createHttpApp authentication', () => {
     await server.close();
   });
 
+  it('names what a server answered in /readyz by its code alone, since its text can name a user or a database, and logs the text', async () => {
+    const logs = captureLogs({ service: 'test' });
+    // The shapes node-postgres and ioredis give a server's error reply.
+    const pgError = Object.assign(new Error('password authentication failed for user "labelflow"'), { name: 'error', severity: 'FATAL', code: '28P01' });
+    const redisError = Object.assign(new Error('WRONGPASS invalid username-password pair or user is disabled.'), { name: 'ReplyError' });
+    const server = app({ logger: logs.logger, readiness: { postgres: () => Promise.reject(pgError), redis: () => Promise.reject(redisError) } });
+    const ready = await server.inject({ url: '/readyz' });
+    expect(ready.json().checks).toEqual({ postgres: 'down: PostgreSQL 28P01', redis: 'down: Redis WRONGPASS' });
+    expect(ready.body).not.toMatch(/labelflow|username/);
+    expect(logs.lines.filter((l) => l.msg === 'readiness check fails').map((l) => (l.err as { message: string }).message).sort()).toEqual([pgError.message, redisError.message].sort());
+    await server.close();
+  });
+
   it('logs a check going down and coming back once each, however its reason changes in between', async () => {
     const logs = captureLogs({ service: 'test' });
     let calls = 0;
