@@ -30,6 +30,7 @@ export const BillingRejections = {
   PROJECT_NOT_FOUND: 'PROJECT_NOT_FOUND',
   INJECTED_FAILURE: 'INJECTED_FAILURE',
   PAYOUT_LIMIT_EXCEEDED: 'PAYOUT_LIMIT_EXCEEDED',
+  PROJECT_MISMATCH: 'PROJECT_MISMATCH',
 } as const;
 export type BillingRejection = Rejection<(typeof BillingRejections)[keyof typeof BillingRejections]>;
 export type BillingDecision = Decision<EventDraft<BillingEvent>, BillingRejection>;
@@ -102,6 +103,11 @@ function chargeable(state: BillingTaskState, annotatorId: AnnotatorId, faults: B
 
 function billTask(event: EventDraft<QaPassed>, faults: BillingFaults, state: BillingTaskState): BillingDecision {
   if (state.cancelled) return reject('TASK_CANCELLED', `task ${event.taskId} was cancelled before its approval arrived`);
+  // A task's money moves in one project: its billings', once it has any. An approval naming another
+  // would charge one balance and book the ledger on the other.
+  if (state.project && state.project.projectId !== event.projectId) {
+    return reject('PROJECT_MISMATCH', `the approval of task ${event.taskId} names project ${event.projectId}; the task is billed in ${state.project.projectId}`);
+  }
   // A billing of a newer attempt proves the reopen as well as a TaskReopened does: an approval of
   // an older attempt that arrives after it (a dead letter replayed, a topic rewound) is stale.
   const newest = Math.max(state.latestAttempt, ...state.billings.map((b) => b.attempt));

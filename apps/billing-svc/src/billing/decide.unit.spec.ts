@@ -90,6 +90,15 @@ describe('billing-svc: billing an approved attempt', () => {
     expect(code(decide(bill(qaPassed(1)), { ...newerFailed, project: project(1_000) }))).toBe('ATTEMPT_SUPERSEDED');
   });
 
+  it('refuses with PROJECT_MISMATCH an approval naming another project than the one the task is billed in, and moves no money', () => {
+    const billed = completed(given(project(1_000)));
+    const other = '33333333-3333-4333-8333-333333333333' as ProjectId;
+    const elsewhere: EventDraft<QaPassed> = { ...qaPassed(2), projectId: other };
+    const { decision, after } = run(billed, bill(elsewhere));
+    expect(code(decision)).toBe('PROJECT_MISMATCH');
+    expect(after).toEqual(billed);
+  });
+
   it('bills attempt 2 after attempt 1 failed', () => {
     const failed = completed(given(project(100)));
     const { decision } = run({ ...failed, project: project(1_000) }, bill(qaPassed(2)));

@@ -23,6 +23,7 @@ const statusFor: Record<BillingRejection['code'], number> = {
   PROJECT_NOT_FOUND: 409,
   INJECTED_FAILURE: 409,
   PAYOUT_LIMIT_EXCEEDED: 409,
+  PROJECT_MISMATCH: 409,
 };
 
 export function billingRoutes(app: FastifyInstance, ctx: ServiceContext<BillingSvcConfig>): void {
