@@ -119,6 +119,20 @@ describe('label-svc routes, answered in-process', () => {
       expect(toReviewer.body.assignment).not.toHaveProperty('annotatorId');
     });
 
+    it('shows what was labelled to whoever labelled it and to those who review, never to another annotator who could submit it as theirs', async () => {
+      const taskId = freshSnowflake();
+      await svc.plant('TaskAssigned', { taskId, projectId: project, attempt: 1 }, { annotatorId: 'ann-1', leaseExpiresAt: inADay() });
+      await eventually(async () => expect((await svc.http(manager).get<LabelsView>(`/tasks/${taskId}/labels`)).body.assignment?.annotatorId).toBe('ann-1'));
+      expect((await svc.http(annotator).post(`/tasks/${taskId}/labels`, { annotations })).status).toBe(201);
+      for (const who of [annotator, reviewer, manager, as.admin()]) {
+        const view = await svc.http(who).get<LabelsView>(`/tasks/${taskId}/labels`);
+        expect(view.body.labels.map((l) => l.annotations), who.user).toEqual([annotations]);
+      }
+      const toOther = await svc.http(otherAnnotator).get<LabelsView>(`/tasks/${taskId}/labels`);
+      expect(toOther.status).toBe(200);
+      expect(toOther.body.labels.map((l) => [l.attempt, l.status, 'annotations' in l])).toEqual([[1, 'submitted', false]]);
+    });
+
     it('answers 400 VALIDATION_FAILED for a malformed task id', async () => {
       expect(refusal(await svc.http(manager).get('/tasks/-1/labels'))).toEqual({ status: 400, code: 'VALIDATION_FAILED', paths: ['path.taskId'] });
     });

@@ -84,6 +84,11 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
     // Who labelled is shown to that annotator and to whoever may see people (managers, owners, admins).
     const people = can(request.principal, Permission.peopleRead, assignment.projectId);
     const person = (id: string | null) => (id === null || people || id === request.principal.subject ? { annotatorId: id } : {});
+    // What was labelled is shown to whoever labelled it and to those who review (reviewers,
+    // managers, owners; admins): another annotator of the project who claims the task after a
+    // timeout or an expired lease must not be able to submit an earlier attempt's work as theirs.
+    const reviews = request.principal.admin || can(request.principal, Permission.reviewDecide, assignment.projectId);
+    const work = (r: { annotator_id: string | null; annotations: unknown }) => (reviews || r.annotator_id === request.principal.subject ? { annotations: r.annotations } : {});
     return {
       taskId,
       cancelled,
@@ -91,7 +96,7 @@ export function labelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSvcCo
       labels: rows.map((r) => ({
         attempt: r.attempt,
         ...person(r.annotator_id),
-        annotations: r.annotations,
+        ...work(r),
         status: r.status,
         voidReason: r.void_reason,
         billed: r.billed,
