@@ -99,6 +99,9 @@ function cancel(command: Extract<TaskCommand, { type: 'CancelTask' }>, state: Ta
 function observe(event: ObservedEvent, state: TaskState | null): TaskDecision {
   if (!state) return reject('TASK_NOT_FOUND', `${event.type} for unknown task ${event.taskId}`);
   if (state.status === TaskStatus.cancelled) return reject('TASK_CANCELLED', `${event.type} after the task was cancelled`);
+  // A rejection of an attempt already reopened (an expired lease overtook the verdict) moves
+  // nothing, but its reviewer saw that work all the same: remembered, so they cannot claim the rework.
+  if (event.type === 'QaRejected' && event.attempt < state.attempt && !state.rejectedBy.includes(event.payload.reviewerId)) return accept();
   // Only the current attempt moves the task; this also stops a late or duplicate QaRejected for an
   // attempt that was already reopened from reopening the task a second time.
   if (event.attempt !== state.attempt) return reject('STALE_ATTEMPT', `${event.type} is for attempt ${event.attempt}, task is on attempt ${state.attempt}`);

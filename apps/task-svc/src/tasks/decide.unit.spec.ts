@@ -80,13 +80,15 @@ describe('task-svc: claiming a task', () => {
     expect(decide(claim(bob), reopenedAfterRejection)).toEqual({ ok: true, events: [taskAssigned(bob, 2)] });
   });
 
-  it('remembers the rejecting reviewer when QA rejects through the consumer, and not for a stale attempt', () => {
+  it('remembers the rejecting reviewer when QA rejects through the consumer, and one whose rejection of an earlier attempt comes late, but none of a later attempt', () => {
     const rejected = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted());
     const decision = when(rejected, observe(qaRejected()));
 
     expect(decision.state).toMatchObject({ attempt: 2, rejectedBy: [reviewer] });
     const lateForAttempt1 = { ...qaRejected(1), payload: { ...qaRejected(1).payload, reviewerId: 'rev-2' as ReviewerId } };
-    expect(evolve(decision.state, lateForAttempt1)?.rejectedBy).toEqual([reviewer]);
+    expect(evolve(decision.state, lateForAttempt1)?.rejectedBy).toEqual([reviewer, 'rev-2']);
+    const aheadOfAttempt2 = { ...qaRejected(3), payload: { ...qaRejected(3).payload, reviewerId: 'rev-3' as ReviewerId } };
+    expect(evolve(decision.state, aheadOfAttempt2)?.rejectedBy).toEqual([reviewer]);
   });
 
   it('lists nobody after an approval, which never reopens the task', () => {
@@ -240,6 +242,16 @@ describe('task-svc: reopening a task that QA rejected', () => {
     const state = given(taskCreated(), taskAssigned(alice), taskReopened(2), taskAssigned(bob, 2));
 
     expect(evolve(state, taskReopened(2))).toBe(state);
+  });
+
+  it('remembers a reviewer whose rejection arrives after an expired lease reopened the attempt, moving nothing else, so they cannot claim the rework', () => {
+    const reopenedByLease = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted(), taskReopened(2));
+    const { decision, state } = when(reopenedByLease, observe(qaRejected(1)));
+    expect(decision).toEqual({ ok: true, events: [] });
+    expect(state).toEqual({ ...reopenedByLease, rejectedBy: [reviewer] });
+    expect(decide(claim(reviewer as string as AnnotatorId), state!)).toMatchObject({ ok: false, reason: { code: 'FORMER_REVIEWER' } });
+    // Read again, it is stale as before.
+    expect(rejectionCode(decide(observe(qaRejected(1)), state!))).toBe('STALE_ATTEMPT');
   });
 
   it('keeps the reopened task open when late events of the rejected attempt are folded', () => {

@@ -99,8 +99,9 @@ export function evolve(state: TaskState | null, event: TaskStateEvent): TaskStat
     case 'QaPassed':
       return advance(state, event.attempt, TaskStatus.approved);
     case 'QaRejected':
-      // The status changes through the TaskReopened decided alongside; the reviewer is remembered.
-      if (event.attempt !== state.attempt || state.rejectedBy.includes(event.payload.reviewerId)) return state;
+      // The status changes through the TaskReopened decided alongside; the reviewer is remembered,
+      // also for an attempt already reopened (decide lets such a rejection in for this alone).
+      if (event.attempt > state.attempt || state.rejectedBy.includes(event.payload.reviewerId)) return state;
       return { ...state, rejectedBy: [...state.rejectedBy, event.payload.reviewerId] };
     case 'QaTimedOut':
     case 'BillingFailed':
