@@ -190,6 +190,14 @@ function checkLedgerAttributed(s: Snapshot, settled: (t: Snapshot['tasks'][numbe
       flag('LEDGER_ATTRIBUTED', `a ${e.kind} of ${e.amount} names ${e.annotatorId ?? 'nobody'}; attempt ${e.attempt} was labelled by ${labelledBy}`, ids);
     }
   }
+  // Whom billing charged an attempt to decides the price and the payout (a model's labels: the
+  // machine price, nobody credited), and a model's billing books no credit the loop above would see.
+  for (const b of s.billings ?? []) {
+    const task = tasks.get(b.taskId);
+    const labelledBy = labeller.get(`${b.taskId}#${b.attempt}`);
+    if (!task || !settled(task) || labelledBy === undefined || b.annotatorId === labelledBy) continue;
+    flag('LEDGER_ATTRIBUTED', `billing of attempt ${b.attempt} names ${b.annotatorId}; it was labelled by ${labelledBy}`, { taskId: task.taskId, projectId: task.projectId });
+  }
 }
 
 /**

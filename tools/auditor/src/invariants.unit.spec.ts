@@ -199,4 +199,11 @@ describe('the saga invariants for labels a model submitted', () => {
     const taskPrice = { ...paid, projects: [{ projectId: P, pricePerTask: 100, machinePricePerTask: 30, balance: 900 }], ledger: [paid.ledger[0]!, { projectId: P, taskId: 't1', attempt: 1, kind: 'debit', annotatorId: null, amount: 100 }] };
     expect(invariantsOf(taskPrice)).toEqual(['BILLED_ONCE']);
   });
+
+  it('flag a person\'s labels billed as a model\'s (the person unpaid, the project charged the machine price), which no sum shows', () => {
+    const byModel = { ...machine(), labels: [{ taskId: 't1', attempt: 1, status: 'accepted', annotatorId: M }] };
+    expect(checkInvariants(byModel, options)).toEqual([]);
+    const byPerson = { ...machine(), labels: [{ taskId: 't1', attempt: 1, status: 'accepted', annotatorId: 'ann' }] };
+    expect(checkInvariants(byPerson, options).map((v) => [v.invariant, v.detail])).toEqual([['LEDGER_ATTRIBUTED', `billing of attempt 1 names ${M}; it was labelled by ann`]]);
+  });
 });
