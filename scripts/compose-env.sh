@@ -5,6 +5,7 @@
 #   POSTGRES_APP_PASSWORD  the services' role "labelflow" (DATABASE_URL)
 #   REDIS_PASSWORD         Redis ACL user "labelflow" (REDIS_URL)
 #   KAFKA_SASL_PASSWORD    Kafka SCRAM-SHA-512 user "labelflow"
+#   KAFKA_PRELABEL_PASSWORD  Kafka SCRAM-SHA-512 user "model-worker" (writes labelflow.prelabels only)
 #   GRAFANA_ADMIN_PASSWORD Grafana's "admin" login (no anonymous access)
 #   AUTH_PUBLIC_KEYS       public JWKS the services verify tokens with: the stdout of
 #                          "npx tsx tools/token/src/jwks.ts" (one JSON line), or $AUTH_PUBLIC_KEYS
@@ -17,7 +18,7 @@ set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ENV_FILE="${1:-$REPO_ROOT/infra/.env}"
-PASSWORDS=(POSTGRES_PASSWORD POSTGRES_APP_PASSWORD REDIS_PASSWORD KAFKA_SASL_PASSWORD GRAFANA_ADMIN_PASSWORD)
+PASSWORDS=(POSTGRES_PASSWORD POSTGRES_APP_PASSWORD REDIS_PASSWORD KAFKA_SASL_PASSWORD KAFKA_PRELABEL_PASSWORD GRAFANA_ADMIN_PASSWORD)
 
 log() { printf '[compose-env] %s\n' "$*" >&2; }
 die() {

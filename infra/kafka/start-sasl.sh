@@ -27,8 +27,16 @@
 #   KAFKA_SASL_PASSWORD                required; letters, digits and . _ ~ - only, 8+ characters
 #   KAFKA_BROKER_USERNAME / KAFKA_BROKER_PASSWORD   the broker's own inter-broker login
 #                                      (default: the client user)
+#   KAFKA_PRELABEL_USERNAME / KAFKA_PRELABEL_PASSWORD   optional: the login of model workers
+#                                      outside labelflow, allowed only to write (and describe)
+#                                      KAFKA_PRELABEL_TOPIC (default labelflow.prelabels)
 #   KAFKA_HEAP_OPTS="-Xms256m -Xmx512m"
 #   KAFKA_EXTRA_CONFIG                 extra server.properties lines (newline separated)
+#
+# Authorization: StandardAuthorizer, deny unless allowed. The client and broker users are super
+# users (the services read and write every labelflow topic), and so is ANONYMOUS, the principal of
+# the PLAINTEXT controller listener that only this process reaches (127.0.0.1). The pre-label user
+# gets its ACLs once the broker answers (they live in the metadata log; re-adding is a no-op).
 #
 # The SCRAM credentials live in the KRaft metadata log, written by "kafka-storage format
 # --add-scram": they are fixed at the first start of a data dir. Changing a password later needs
@@ -58,6 +66,9 @@ KAFKA_SASL_USERNAME="${KAFKA_SASL_USERNAME:-labelflow}"
 KAFKA_SASL_PASSWORD="${KAFKA_SASL_PASSWORD:-}"
 KAFKA_BROKER_USERNAME="${KAFKA_BROKER_USERNAME:-$KAFKA_SASL_USERNAME}"
 KAFKA_BROKER_PASSWORD="${KAFKA_BROKER_PASSWORD:-$KAFKA_SASL_PASSWORD}"
+KAFKA_PRELABEL_USERNAME="${KAFKA_PRELABEL_USERNAME:-}"
+KAFKA_PRELABEL_PASSWORD="${KAFKA_PRELABEL_PASSWORD:-}"
+KAFKA_PRELABEL_TOPIC="${KAFKA_PRELABEL_TOPIC:-labelflow.prelabels}"
 KAFKA_EXTRA_CONFIG="${KAFKA_EXTRA_CONFIG:-}"
 export KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
 
@@ -84,11 +95,19 @@ check_port() { # NAME VALUE
 
 validate() {
   local name value
-  for name in KAFKA_SASL_USERNAME KAFKA_BROKER_USERNAME; do
+  local users=(KAFKA_SASL_USERNAME KAFKA_BROKER_USERNAME) passwords=(KAFKA_SASL_PASSWORD KAFKA_BROKER_PASSWORD)
+  if [[ -n "$KAFKA_PRELABEL_USERNAME" ]]; then
+    users+=(KAFKA_PRELABEL_USERNAME)
+    passwords+=(KAFKA_PRELABEL_PASSWORD)
+    [[ "$KAFKA_PRELABEL_USERNAME" != "$KAFKA_SASL_USERNAME" && "$KAFKA_PRELABEL_USERNAME" != "$KAFKA_BROKER_USERNAME" ]] ||
+      die "KAFKA_PRELABEL_USERNAME must differ from the client and broker users (they are super users)"
+    [[ "$KAFKA_PRELABEL_TOPIC" =~ ^[A-Za-z0-9._-]{1,249}$ ]] || die "KAFKA_PRELABEL_TOPIC must be a topic name (got '$KAFKA_PRELABEL_TOPIC')"
+  fi
+  for name in "${users[@]}"; do
     value="${!name}"
     [[ "$value" =~ ^[A-Za-z0-9._-]{1,64}$ ]] || die "$name must be 1-64 letters, digits, '.', '_' or '-' (got '$value')"
   done
-  for name in KAFKA_SASL_PASSWORD KAFKA_BROKER_PASSWORD; do
+  for name in "${passwords[@]}"; do
     value="${!name}"
     [[ -n "$value" ]] || die "$name is required (an empty password is refused)"
     # Embedded in a JAAS string and in --add-scram's [name=..,password=..]: no quoting games.
@@ -160,6 +179,9 @@ log.retention.hours=24
 log.segment.bytes=67108864
 broker.heartbeat.interval.ms=1000
 broker.session.timeout.ms=4000
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:ANONYMOUS;User:$KAFKA_SASL_USERNAME;User:$KAFKA_BROKER_USERNAME
 EOF
     if [[ -n "$KAFKA_EXTRA_CONFIG" ]]; then
       printf '# KAFKA_EXTRA_CONFIG\n%s\n' "$KAFKA_EXTRA_CONFIG" >>"$SERVER_PROPS"
@@ -202,11 +224,13 @@ run_tool() { # NAME ARGS...
   case "$name" in
     storage) class=kafka.tools.StorageTool ;;
     api-versions) class=kafka.admin.BrokerApiVersionsCommand ;;
+    acls) class=kafka.admin.AclCommand ;;
     *) die "unknown tool $name" ;;
   esac
   if [[ "$(launcher)" == bin ]]; then
     local script="$KAFKA_HOME/bin/kafka-storage.sh"
     [[ "$name" == api-versions ]] && script="$KAFKA_HOME/bin/kafka-broker-api-versions.sh"
+    [[ "$name" == acls ]] && script="$KAFKA_HOME/bin/kafka-acls.sh"
     KAFKA_HEAP_OPTS="-Xms32m -Xmx256m" KAFKA_LOG4J_OPTS="-Dlog4j.configuration=file:$TOOLS_LOG4J_PROPS" "$script" "$@"
   else
     java "${TOOL_JVM[@]}" -Dlog4j.configuration="file:$TOOLS_LOG4J_PROPS" -cp "$KAFKA_LIBS/*" "$class" "$@"
@@ -214,7 +238,7 @@ run_tool() { # NAME ARGS...
 }
 
 scram_fingerprint() {
-  printf '%s\n%s\n%s\n%s\n' "$KAFKA_SASL_USERNAME" "$KAFKA_SASL_PASSWORD" "$KAFKA_BROKER_USERNAME" "$KAFKA_BROKER_PASSWORD" |
+  printf '%s\n%s\n%s\n%s\n%s\n%s\n' "$KAFKA_SASL_USERNAME" "$KAFKA_SASL_PASSWORD" "$KAFKA_BROKER_USERNAME" "$KAFKA_BROKER_PASSWORD" "$KAFKA_PRELABEL_USERNAME" "$KAFKA_PRELABEL_PASSWORD" |
     sha256sum | cut -d' ' -f1
 }
 
@@ -240,10 +264,30 @@ format_storage() {
   elif [[ "$KAFKA_BROKER_PASSWORD" != "$KAFKA_SASL_PASSWORD" ]]; then
     die "KAFKA_BROKER_PASSWORD differs from KAFKA_SASL_PASSWORD for the same user $KAFKA_SASL_USERNAME"
   fi
+  if [[ -n "$KAFKA_PRELABEL_USERNAME" ]]; then
+    scram+=(--add-scram "SCRAM-SHA-512=[name=$KAFKA_PRELABEL_USERNAME,password=$KAFKA_PRELABEL_PASSWORD]")
+  fi
   log "formatting $KAFKA_DATA_DIR (cluster $cid) with $((${#scram[@]} / 2)) SCRAM-SHA-512 user(s)"
   run_tool storage format -t "$cid" -c "$SERVER_PROPS" --ignore-formatted "${scram[@]}" >/dev/null ||
     die "kafka-storage format failed"
   (umask 077 && printf '%s\n' "$fingerprint" >"$SCRAM_MARK")
+}
+
+# The pre-label user's ACLs, once the broker serves requests (run in the background by cmd_start,
+# which then becomes the broker). Write and Describe on the one topic, nothing else: a model worker
+# can publish proposals and can neither read nor write the services' events.
+grant_prelabel_acls() {
+  local i
+  for ((i = 0; i < 180; i++)); do
+    if run_tool acls --bootstrap-server "127.0.0.1:$KAFKA_SASL_PORT" --command-config "$CLIENT_PROPS" --add \
+      --allow-principal "User:$KAFKA_PRELABEL_USERNAME" --operation Write --operation Describe \
+      --topic "$KAFKA_PRELABEL_TOPIC" >/dev/null 2>&1; then
+      log "ACLs: User:$KAFKA_PRELABEL_USERNAME may write $KAFKA_PRELABEL_TOPIC"
+      return 0
+    fi
+    sleep 1
+  done
+  log "ERROR: could not add the ACLs of User:$KAFKA_PRELABEL_USERNAME within 180 s"
 }
 
 cmd_start() {
@@ -251,6 +295,9 @@ cmd_start() {
   validate
   write_configs
   format_storage
+  if [[ -n "$KAFKA_PRELABEL_USERNAME" ]]; then
+    grant_prelabel_acls &
+  fi
   log "starting broker: SASL_PLAINTEXT/SCRAM-SHA-512 on $KAFKA_LISTEN_HOST:$KAFKA_SASL_PORT (advertised $KAFKA_ADVERTISED_HOST:$KAFKA_SASL_PORT)${KAFKA_EXTERNAL_PORT:+ and $KAFKA_LISTEN_HOST:$KAFKA_EXTERNAL_PORT (advertised $KAFKA_EXTERNAL_ADVERTISED)}, controller 127.0.0.1:$KAFKA_CONTROLLER_PORT"
   if [[ "$(launcher)" == bin ]]; then
     exec "$KAFKA_HOME/bin/kafka-server-start.sh" "$SERVER_PROPS"

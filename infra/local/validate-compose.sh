@@ -42,12 +42,13 @@ fi
 have node || die "node not found (needed for $CHECK)"
 
 # The secrets the file requires (${VAR:?...}); dummy values, never used for anything.
-SECRETS=(POSTGRES_PASSWORD POSTGRES_APP_PASSWORD REDIS_PASSWORD KAFKA_SASL_PASSWORD GRAFANA_ADMIN_PASSWORD AUTH_PUBLIC_KEYS)
+SECRETS=(POSTGRES_PASSWORD POSTGRES_APP_PASSWORD REDIS_PASSWORD KAFKA_SASL_PASSWORD KAFKA_PRELABEL_PASSWORD GRAFANA_ADMIN_PASSWORD AUTH_PUBLIC_KEYS)
 dummy_env=(
   POSTGRES_PASSWORD=dummy-postgres-password
   POSTGRES_APP_PASSWORD=dummy-app-password
   REDIS_PASSWORD=dummy-redis-password
   KAFKA_SASL_PASSWORD=dummy-kafka-password
+  KAFKA_PRELABEL_PASSWORD=dummy-prelabel-password
   GRAFANA_ADMIN_PASSWORD=dummy-grafana-password
   'AUTH_PUBLIC_KEYS={"keys":[{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}'
 )

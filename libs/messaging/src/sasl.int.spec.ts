@@ -17,6 +17,9 @@ const run = promisify(execFile);
  */
 describe('Kafka with SASL/SCRAM-SHA-512 (infra/kafka/start-sasl.sh)', () => {
   const password = randomBytes(24).toString('hex');
+  const workerPassword = randomBytes(24).toString('hex');
+  /** The input topic model workers may write, and nothing else. */
+  const prelabelTopic = uniqueName('sasl-prelabels');
   const dir = mkdtempSync(join(tmpdir(), 'lf-kafka-sasl-'));
   const logFile = join(dir, 'broker.log');
   const { logger } = captureLogs({ service: 'sasl-test', level: 'error' });
@@ -54,6 +57,9 @@ describe('Kafka with SASL/SCRAM-SHA-512 (infra/kafka/start-sasl.sh)', () => {
         KAFKA_CONTROLLER_PORT: String(controllerPort),
         KAFKA_SASL_USERNAME: 'labelflow',
         KAFKA_SASL_PASSWORD: password,
+        KAFKA_PRELABEL_USERNAME: 'model-worker',
+        KAFKA_PRELABEL_PASSWORD: workerPassword,
+        KAFKA_PRELABEL_TOPIC: prelabelTopic,
         KAFKA_HEAP_OPTS: '-Xms128m -Xmx384m',
       },
       stdio: ['ignore', out, out],
@@ -149,6 +155,58 @@ describe('Kafka with SASL/SCRAM-SHA-512 (infra/kafka/start-sasl.sh)', () => {
       expect(error).toBeInstanceOf(PublishError);
     } finally {
       await refused.disconnect();
+    }
+  });
+
+  it('lets the model workers\' user write the pre-label topic and nothing else: no other topic, no reading, no topic creation', async () => {
+    const services = client(good());
+    const other = uniqueName('sasl-task-events');
+    await ensureTopics(services, [prelabelTopic, other], 1);
+    const worker = new KafkaJs({ clientId: uniqueName('sasl-worker'), brokers, logLevel: logLevel.NOTHING, retry: { retries: 2, initialRetryTime: 100 }, sasl: { mechanism: 'scram-sha-512', username: 'model-worker', password: workerPassword } });
+    const producer = worker.producer({ allowAutoTopicCreation: false });
+    await producer.connect();
+    try {
+      // The grant is added once the broker answers, in the background of its start: wait for it.
+      const deadline = Date.now() + 60_000;
+      for (;;) {
+        const sent: Error | undefined = await producer.send({ topic: prelabelTopic, acks: -1, messages: [{ key: 't-1', value: '{"proposal":1}' }] }).then(() => undefined, (e: Error) => e);
+        if (sent === undefined) break;
+        if (Date.now() > deadline) throw new Error(`the worker could not write ${prelabelTopic} within 60 s: ${sent.message}\n${brokerLog()}`);
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+      const refused = await producer.send({ topic: other, acks: -1, messages: [{ key: 't-1', value: 'forged' }] }).then(() => undefined, (e: Error) => e);
+      expect(refused?.message ?? 'written', 'the worker wrote a services\' topic').toMatch(/not authorized|authorization/i);
+    } finally {
+      await producer.disconnect();
+    }
+    // Nor read: without a group of its own to join, its consumer stops before fetching anything.
+    const consumer = worker.consumer({ groupId: uniqueName('sasl-worker-group'), retry: { retries: 0 } });
+    const read: string[] = [];
+    const crashed = new Promise<Error>((resolve) => consumer.on(consumer.events.CRASH, ({ payload }) => resolve(payload.error)));
+    await consumer.connect();
+    try {
+      await consumer.subscribe({ topic: prelabelTopic, fromBeginning: true });
+      await consumer.run({ eachMessage: async ({ message }) => void read.push(String(message.value)) });
+      expect((await crashed).name).toMatch(/^KafkaJS/);
+      expect(read).toEqual([]);
+    } finally {
+      await consumer.disconnect().catch(() => undefined);
+    }
+    const workerAdmin = worker.admin();
+    await workerAdmin.connect();
+    try {
+      const created = await workerAdmin.createTopics({ topics: [{ topic: uniqueName('sasl-worker-topic') }] }).then(() => undefined, (e: Error & { errors?: { type?: string }[] }) => e);
+      expect(created?.errors?.map((e) => e.type), 'the worker created a topic').toEqual(['TOPIC_AUTHORIZATION_FAILED']);
+    } finally {
+      await workerAdmin.disconnect();
+    }
+    const admin = services.admin();
+    await admin.connect();
+    try {
+      expect((await admin.fetchTopicOffsets(other)).map((p) => p.high)).toEqual(['0']);
+      expect((await admin.fetchTopicOffsets(prelabelTopic)).map((p) => p.high)).toEqual(['1']);
+    } finally {
+      await admin.disconnect();
     }
   });
 
