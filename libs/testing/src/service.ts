@@ -2,7 +2,8 @@ import { randomInt } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { TopicOwners, TopicSchemas, topicName, topicOf, type DomainEvent, type EventOf, type EventType, type ServiceName } from '@labelflow/contracts';
 import { dropDatabase } from './db';
-import type { HttpClient, HttpResult } from './http';
+import { GiveUp } from './eventually';
+import type { HttpClient, HttpClientOptions, HttpResult } from './http';
 import { ADMIN, authEnv, tokenFor, type TestIdentity } from './identity';
 import type { TestInfra } from './infra';
 import { produceRaw } from './kafka';
@@ -22,8 +23,11 @@ export interface InProcessService<B extends BuiltLike> {
   readonly built: B;
   readonly prefix: string;
   readonly databaseUrl: string;
-  /** A client of the app through `inject` (no port), acting as `identity` (default: a platform admin; `null`: no token). */
-  http(identity?: TestIdentity | null): HttpClient;
+  /**
+   * A client of the app through `inject` (no port), acting as `identity` (default: a platform admin;
+   * `null`: no token). Like `httpClient`, it fails on a 5xx unless `options` ask for them.
+   */
+  http(identity?: TestIdentity | null, options?: HttpClientOptions): HttpClient;
   /**
    * Produces a hand-built event on its topic under this service's prefix, as its owning service
    * would publish it; checked against the topic's schema first, so a typo fails the test instead of
@@ -84,7 +88,7 @@ export async function buildTestService<B extends BuiltLike>(
     built,
     prefix,
     databaseUrl,
-    http: (identity) => injectClient(built, identity === undefined ? ADMIN : identity),
+    http: (identity, options) => injectClient(built, identity === undefined ? ADMIN : identity, options),
     async plant(type, fields, payload) {
       const key = topicOf(type);
       const event = TopicSchemas[key].parse({ id: freshSnowflake(), type, version: 1, ...fields, occurredAt: new Date().toISOString(), producer: TopicOwners[key], payload }) as DomainEvent;
@@ -99,7 +103,7 @@ export async function buildTestService<B extends BuiltLike>(
 }
 
 /** The same client as `httpClient`, answered by `app.inject`: no port, no socket. */
-export function injectClient(built: Pick<BuiltLike, 'app'>, identity: TestIdentity | null = ADMIN): HttpClient {
+export function injectClient(built: Pick<BuiltLike, 'app'>, identity: TestIdentity | null = ADMIN, options: HttpClientOptions = {}): HttpClient {
   const call = async <T>(method: 'GET' | 'POST', url: string, body?: unknown, headers: Record<string, string> = {}): Promise<HttpResult<T>> => {
     const auth: Record<string, string> = identity ? { authorization: `Bearer ${await tokenFor(identity)}` } : {};
     const payload = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
@@ -114,12 +118,13 @@ export function injectClient(built: Pick<BuiltLike, 'app'>, identity: TestIdenti
     for (const [name, value] of Object.entries(response.headers)) {
       if (value !== undefined) for (const v of [value].flat()) answered.append(name, String(v));
     }
+    if (response.statusCode >= 500 && options.serverErrors !== 'return') throw new GiveUp(`${method} ${url} answered ${response.statusCode}: ${response.body.slice(0, 500)}`);
     return { status: response.statusCode, body: parsed as T, headers: answered };
   };
   return {
     get: <T = unknown>(path: string, headers?: Record<string, string>) => call<T>('GET', path, undefined, headers),
     post: <T = unknown>(path: string, body?: unknown, headers?: Record<string, string>) => call<T>('POST', path, body, headers),
-    as: (other: TestIdentity | null) => injectClient(built, other),
+    as: (other: TestIdentity | null) => injectClient(built, other, options),
   };
 }
 

@@ -264,7 +264,7 @@ describe('task-svc bulk import, answered in-process', () => {
     // Blocks every insert into tasks: each try of the batch hits the lock timeout, a transient error.
     await locker.query('LOCK TABLE tasks IN SHARE MODE');
     const body = file([line('u1'), line('u2')]);
-    const failed = await upload(importId, body);
+    const failed = await svc.http(manager, { serverErrors: 'return' }).post<Summary>(`/projects/${project}/tasks/import?importId=${importId}`, body, NDJSON);
     expect(refusal(failed)).toEqual({ status: 503, code: 'IMPORT_STORE_UNAVAILABLE' });
     expect(failed.headers.get('retry-after')).toBe('1');
     // The driver's text (here "canceling statement due to lock timeout") stays in the log.
@@ -316,7 +316,7 @@ describe('task-svc bulk import, a client gone silent and a full instance', () =>
     await first.write(`${line('b1')}\n`);
     // The first upload holds the only slot until it ends: its job is running.
     await eventually(async () => expect((await queryRows<{ n: string }>(svc.databaseUrl, "SELECT count(*) AS n FROM imports WHERE project_id = $1 AND status = 'running'", [projectId]))[0]?.n).toBe('1'));
-    const second = () => svc.http(owner).post<Summary>(`/projects/${projectId}/tasks/import?importId=${randomUUID()}`, file([line('b2')]), NDJSON);
+    const second = () => svc.http(owner, { serverErrors: 'return' }).post<Summary>(`/projects/${projectId}/tasks/import?importId=${randomUUID()}`, file([line('b2')]), NDJSON);
     const busy = await second();
     expect(refusal(busy)).toEqual({ status: 503, code: 'IMPORT_BUSY' });
     expect(busy.headers.get('retry-after')).toBe('5');
@@ -334,7 +334,7 @@ describe('task-svc bulk import, a client gone silent and a full instance', () =>
     await first.start();
     await first.write(`${line('p1')}\n`);
     await eventually(async () => expect((await queryRows<{ n: string }>(svc.databaseUrl, "SELECT count(*) AS n FROM imports WHERE project_id = $1 AND status = 'running'", [mine]))[0]?.n).toBe('1'));
-    const again = await svc.http(owner).post<Summary>(`/projects/${mine}/tasks/import?importId=${randomUUID()}`, file([line('p2')]), NDJSON);
+    const again = await svc.http(owner, { serverErrors: 'return' }).post<Summary>(`/projects/${mine}/tasks/import?importId=${randomUUID()}`, file([line('p2')]), NDJSON);
     expect(refusal(again)).toEqual({ status: 503, code: 'IMPORT_BUSY' });
     expect(again.headers.get('retry-after')).toBe('5');
     // Another tenant's upload still finds a slot on this instance.
@@ -353,7 +353,7 @@ describe('task-svc bulk import, a client gone silent and a full instance', () =>
     await first.write(`${line('m1')}\n`);
     await eventually(async () => expect((await queryRows<{ n: string }>(svc.databaseUrl, "SELECT count(*) AS n FROM imports WHERE project_id = $1 AND status = 'running'", [p1]))[0]?.n).toBe('1'));
     // Another of the caller's projects, with a slot free: still refused, the caller holds one already.
-    const second = await svc.http(manager).post<{ error: { message: string } }>(`/projects/${p2}/tasks/import?importId=${randomUUID()}`, file([line('m2')]), NDJSON);
+    const second = await svc.http(manager, { serverErrors: 'return' }).post<{ error: { message: string } }>(`/projects/${p2}/tasks/import?importId=${randomUUID()}`, file([line('m2')]), NDJSON);
     expect(refusal(second)).toEqual({ status: 503, code: 'IMPORT_BUSY' });
     expect(second.body.error.message).toMatch(/^you have 1 imports running on this instance already/);
     // Someone else finds the free slot.

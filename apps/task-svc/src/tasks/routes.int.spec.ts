@@ -303,7 +303,7 @@ describe('task-svc routes, answered in-process', () => {
     });
 
     it('is not ready while built but not started, and ready once listening', async () => {
-      const built = await svc.http(null).get<{ status: string; checks: Record<string, string> }>('/readyz');
+      const built = await svc.http(null, { serverErrors: 'return' }).get<{ status: string; checks: Record<string, string> }>('/readyz');
       expect(built.status).toBe(503);
       expect(built.body.checks).toEqual({ postgres: 'ok', redis: 'ok', kafka: 'ok', consumer: 'down: the consumer was not started' });
 
