@@ -78,6 +78,8 @@ LOG4J_PROPS="$KAFKA_CONFIG_DIR/log4j.properties"
 TOOLS_LOG4J_PROPS="$KAFKA_CONFIG_DIR/tools-log4j.properties"
 # Fingerprint of the credentials the data dir was formatted with (detects a changed password).
 SCRAM_MARK="$KAFKA_DATA_DIR/.labelflow-scram"
+# Left by grant_prelabel_acls once the pre-label user's ACLs are in.
+ACLS_DONE="$KAFKA_CONFIG_DIR/prelabel-acls.done"
 
 launcher() {
   case "$KAFKA_LAUNCHER" in
@@ -238,8 +240,11 @@ run_tool() { # NAME ARGS...
 }
 
 scram_fingerprint() {
-  printf '%s\n%s\n%s\n%s\n%s\n%s\n' "$KAFKA_SASL_USERNAME" "$KAFKA_SASL_PASSWORD" "$KAFKA_BROKER_USERNAME" "$KAFKA_BROKER_PASSWORD" "$KAFKA_PRELABEL_USERNAME" "$KAFKA_PRELABEL_PASSWORD" |
-    sha256sum | cut -d' ' -f1
+  # The pre-label user counts only when set, so a data dir formatted before it existed still starts.
+  {
+    printf '%s\n%s\n%s\n%s\n' "$KAFKA_SASL_USERNAME" "$KAFKA_SASL_PASSWORD" "$KAFKA_BROKER_USERNAME" "$KAFKA_BROKER_PASSWORD"
+    [[ -z "$KAFKA_PRELABEL_USERNAME" ]] || printf '%s\n%s\n' "$KAFKA_PRELABEL_USERNAME" "$KAFKA_PRELABEL_PASSWORD"
+  } | sha256sum | cut -d' ' -f1
 }
 
 format_storage() {
@@ -276,18 +281,23 @@ format_storage() {
 # The pre-label user's ACLs, once the broker serves requests (run in the background by cmd_start,
 # which then becomes the broker). Write and Describe on the one topic, nothing else: a model worker
 # can publish proposals and can neither read nor write the services' events.
-grant_prelabel_acls() {
-  local i
-  for ((i = 0; i < 180; i++)); do
-    if run_tool acls --bootstrap-server "127.0.0.1:$KAFKA_SASL_PORT" --command-config "$CLIENT_PROPS" --add \
+# `broker` is the pid the script execs into: the job stops when the broker does. Done, it leaves
+# ACLS_DONE, which the healthcheck (probe) waits for: a broker whose worker user is still denied
+# everything is not healthy.
+grant_prelabel_acls() { # BROKER_PID
+  local broker="$1" deadline=$((SECONDS + 180))
+  while ((SECONDS < deadline)) && kill -0 "$broker" 2>/dev/null; do
+    if run_tool acls --bootstrap-server "$KAFKA_ADVERTISED_HOST:$KAFKA_SASL_PORT" --command-config "$CLIENT_PROPS" --add \
       --allow-principal "User:$KAFKA_PRELABEL_USERNAME" --operation Write --operation Describe \
       --topic "$KAFKA_PRELABEL_TOPIC" >/dev/null 2>&1; then
+      : >"$ACLS_DONE"
       log "ACLs: User:$KAFKA_PRELABEL_USERNAME may write $KAFKA_PRELABEL_TOPIC"
       return 0
     fi
     sleep 1
   done
-  log "ERROR: could not add the ACLs of User:$KAFKA_PRELABEL_USERNAME within 180 s"
+  kill -0 "$broker" 2>/dev/null && log "ERROR: could not add the ACLs of User:$KAFKA_PRELABEL_USERNAME within 180 s; the healthcheck fails"
+  return 0
 }
 
 cmd_start() {
@@ -295,8 +305,9 @@ cmd_start() {
   validate
   write_configs
   format_storage
+  rm -f "$ACLS_DONE"
   if [[ -n "$KAFKA_PRELABEL_USERNAME" ]]; then
-    grant_prelabel_acls &
+    grant_prelabel_acls "$$" &
   fi
   log "starting broker: SASL_PLAINTEXT/SCRAM-SHA-512 on $KAFKA_LISTEN_HOST:$KAFKA_SASL_PORT (advertised $KAFKA_ADVERTISED_HOST:$KAFKA_SASL_PORT)${KAFKA_EXTERNAL_PORT:+ and $KAFKA_LISTEN_HOST:$KAFKA_EXTERNAL_PORT (advertised $KAFKA_EXTERNAL_ADVERTISED)}, controller 127.0.0.1:$KAFKA_CONTROLLER_PORT"
   if [[ "$(launcher)" == bin ]]; then
@@ -311,6 +322,7 @@ cmd_start() {
 
 cmd_probe() {
   [[ -f "$CLIENT_PROPS" ]] || exit 1
+  [[ -z "$KAFKA_PRELABEL_USERNAME" || -f "$ACLS_DONE" ]] || exit 1
   run_tool api-versions --bootstrap-server "$KAFKA_ADVERTISED_HOST:$KAFKA_SASL_PORT" \
     --command-config "$CLIENT_PROPS" >/dev/null 2>&1
 }

@@ -12,6 +12,8 @@
 #   KAFKA_WAIT_SECONDS=90           timeout of "wait" (and "start")
 #   KAFKA_STOP_SECONDS=30           grace period before SIGKILL in "stop"
 #   KAFKA_EXTRA_CONFIG=""           extra server.properties lines (newline separated)
+#   KAFKA_REQUIRE_OWN=0             1: "start" fails when another process answers on the port
+#                                   (a private instance must never pass a stranger's broker for its own)
 # Everything is keyed by port / instance dir, so several brokers can run at once.
 set -euo pipefail
 
@@ -183,10 +185,12 @@ cmd_start() {
   local pid
   if pid="$(managed_pid)"; then
     log "broker already running on $HOST:$KAFKA_PORT (pid $pid)"
-    cmd_wait
+    cmd_wait "$pid"
     return 0
   fi
   if port_open "$HOST" "$KAFKA_PORT"; then
+    # A private instance (tests, chaos) must be the broker it talks to, never a stranger's.
+    [[ "${KAFKA_REQUIRE_OWN:-0}" == 1 ]] && die "port $HOST:$KAFKA_PORT is taken by another process; not this instance's broker"
     log "something already answers on $HOST:$KAFKA_PORT; not starting a second broker"
     return 0
   fi
@@ -216,7 +220,7 @@ cmd_start() {
   printf '%s\n' "$pid" >"$PID_FILE"
   mark_started "$STARTED_NAME" "port=$KAFKA_PORT instance=$KAFKA_INSTANCE_DIR"
   log "broker pid $pid"
-  cmd_wait
+  cmd_wait "$pid"
 }
 
 print_log_tail() {
@@ -242,8 +246,11 @@ admin_probe() {
   grep -q "$HOST:$KAFKA_PORT (id: " <<<"$out"
 }
 
+# cmd_wait [PID]: with the pid of a broker this run launched, the broker is ready only while
+# that process lives and holds the listener (another process may have bound the port after the
+# start's check); without, whatever broker answers (the stack's wait for a broker it did not start).
 cmd_wait() {
-  local start now deadline pid=""
+  local launched="${1:-}" start now deadline pid
   start="$(date +%s)"
   deadline=$((start + KAFKA_WAIT_SECONDS))
   is_installed || die "Kafka jars not installed (run: $0 install)"
@@ -254,17 +261,12 @@ cmd_wait() {
       print_log_tail
       die "broker on $HOST:$KAFKA_PORT not ready after ${KAFKA_WAIT_SECONDS}s"
     fi
-    # Fail fast if the broker we launched has died, also while the port answers: another
-    # process may have bound it after the start's check, and its broker must not pass for ours.
-    if [[ -f "$PID_FILE" ]]; then
-      pid="$(cat "$PID_FILE")"
-      if ! pid_alive "$pid"; then
-        print_log_tail
-        die "broker process $pid exited"
-      fi
+    if [[ -n "$launched" ]] && ! pid_alive "$launched"; then
+      print_log_tail
+      die "broker process $launched exited"
     fi
     if port_open "$HOST" "$KAFKA_PORT"; then
-      if [[ -n "$pid" ]] && ! listens_on "$pid" "$KAFKA_PORT"; then
+      if [[ -n "$launched" ]] && ! listens_on "$launched" "$KAFKA_PORT"; then
         sleep 0.2 # another process's broker answers there; ours binds the port or dies
         continue
       fi
@@ -274,6 +276,14 @@ cmd_wait() {
       fi
       sleep 1
       continue
+    fi
+    # Port closed: fail fast if the broker of this instance has died.
+    if [[ -z "$launched" && -f "$PID_FILE" ]]; then
+      pid="$(cat "$PID_FILE")"
+      if ! pid_alive "$pid"; then
+        print_log_tail
+        die "broker process $pid exited"
+      fi
     fi
     sleep 0.2
   done

@@ -94,11 +94,15 @@ pid_alive() {
   [[ "$state" != "Z" ]]
 }
 
-# listens_on PID PORT -> 0 if process PID has a listening TCP socket on PORT (or, without
-# ss, when that cannot be told): a server that answers on a port is not always the one launched.
+# listens_on PID PORT -> 0 if process PID has a listening TCP socket on PORT, or when that
+# cannot be told (no ss, or ss shows no owner: another user's process, hidden process info): a
+# server that answers on a port is not always the one launched.
 listens_on() {
+  local out
   have ss || return 0
-  ss -ltnpH "sport = :$2" 2>/dev/null | grep -q "pid=$1,"
+  out="$(ss -ltnpH "sport = :$2" 2>/dev/null)" || return 0
+  [[ "$out" == *"pid="* ]] || return 0
+  grep -q "pid=$1," <<<"$out"
 }
 
 # pid_cmdline_has PID STRING -> 0 if the process command line contains STRING

@@ -1,43 +1,11 @@
 import { execFile } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { repoRoot, startPrivatePostgres, startPrivateRedis, type PrivateServer } from '@labelflow/testing';
+import { repoRoot, spareBase, sparePort, startPrivatePostgres, startPrivateRedis, type PrivateServer } from '@labelflow/testing';
 
 const run = promisify(execFile);
-
-/** Whether nothing listens on the port (we can bind it ourselves). */
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.unref();
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
-}
-
-/**
- * A free port below the kernel's ephemeral range. The broker is stopped and started again on the
- * same port mid-run, and a port from the ephemeral range could meanwhile be handed to some
- * outgoing connection as its source port.
- */
-async function stablePort(taken: ReadonlySet<number>): Promise<number> {
-  let low = 32_768;
-  try {
-    low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || low;
-  } catch {
-    // Not Linux: keep the usual default.
-  }
-  const from = 20_000;
-  const to = Math.max(from + 1_000, low - 1);
-  for (let i = 0; i < 200; i++) {
-    const port = from + Math.floor(Math.random() * (to - from));
-    if (!taken.has(port) && (await portFree(port)) && (await portFree(port + 1))) return port;
-  }
-  throw new Error(`no free port found between ${from} and ${to}`);
-}
 
 /** A broker of our own, through infra/local/kafka.sh (keyed by port and instance directory). */
 export interface PrivateKafka {
@@ -53,8 +21,11 @@ export interface PrivateKafka {
 }
 
 export async function startPrivateKafka(): Promise<PrivateKafka> {
-  const port = await stablePort(new Set());
-  const controllerPort = await stablePort(new Set([port, port + 1]));
+  // Below the ephemeral range and from this worker's own slice (libs/testing): the broker is
+  // stopped and started again on the same port mid-run, and meanwhile neither an outgoing
+  // connection nor the other test worker may take it.
+  const port = await spareBase(2);
+  const controllerPort = await sparePort();
   const dir = mkdtempSync(join(tmpdir(), 'lf-chaos-kafka-'));
   const localDir = process.env.LABELFLOW_LOCAL_DIR ?? join(repoRoot, '.local');
   const env = {
@@ -68,6 +39,8 @@ export async function startPrivateKafka(): Promise<PrivateKafka> {
     LABELFLOW_LOCAL_DIR: join(dir, 'local'),
     KAFKA_STOP_SECONDS: '20',
     KAFKA_WAIT_SECONDS: '120',
+    // A stranger on the port after a restart fails the start instead of passing for ours.
+    KAFKA_REQUIRE_OWN: '1',
   };
   const sh = async (command: 'start' | 'stop') => {
     // kafka.sh installs the jars on first use, which can take minutes; after that a start takes seconds.
