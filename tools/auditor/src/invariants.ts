@@ -195,8 +195,12 @@ function checkLedgerAttributed(s: Snapshot, settled: (t: Snapshot['tasks'][numbe
   for (const b of s.billings ?? []) {
     const task = tasks.get(b.taskId);
     const labelledBy = labeller.get(`${b.taskId}#${b.attempt}`);
-    if (!task || !settled(task) || labelledBy === undefined || b.annotatorId === labelledBy) continue;
-    flag('LEDGER_ATTRIBUTED', `billing of attempt ${b.attempt} names ${b.annotatorId}; it was labelled by ${labelledBy}`, { taskId: task.taskId, projectId: task.projectId });
+    if (!task || !settled(task)) continue;
+    const ids = { taskId: task.taskId, projectId: task.projectId };
+    if (labelledBy !== undefined && b.annotatorId !== labelledBy) flag('LEDGER_ATTRIBUTED', `billing of attempt ${b.attempt} names ${b.annotatorId}; it was labelled by ${labelledBy}`, ids);
+    // Nobody approves their own work: qa-svc's SELF_REVIEW is the one check that stops it, and no sum shows it.
+    const payee = labelledBy ?? b.annotatorId;
+    if (b.approvedBy != null && b.approvedBy === payee) flag('LEDGER_ATTRIBUTED', `billing of attempt ${b.attempt} pays ${payee} for work ${payee} approved`, ids);
   }
 }
 

@@ -207,3 +207,20 @@ describe('the saga invariants for labels a model submitted', () => {
     expect(checkInvariants(byPerson, options).map((v) => [v.invariant, v.detail])).toEqual([['LEDGER_ATTRIBUTED', `billing of attempt 1 names ${M}; it was labelled by ann`]]);
   });
 });
+
+describe('the saga invariants for who approved a payment', () => {
+  const approved = (approvedBy: string | null): Snapshot => ({
+    ...healthy(),
+    labels: [{ taskId: 't1', attempt: 1, status: 'accepted', annotatorId: 'ann' }],
+    billings: [{ taskId: 't1', attempt: 1, annotatorId: 'ann', status: 'completed', approvedBy }],
+  });
+
+  it('hold for a payment another person approved, and for billings from before approvers were kept', () => {
+    expect(checkInvariants(approved('rev-1'), options)).toEqual([]);
+    expect(checkInvariants(approved(null), options)).toEqual([]);
+  });
+
+  it('flag a payment for work its own annotator approved, which every sum agrees with', () => {
+    expect(checkInvariants(approved('ann'), options).map((v) => [v.invariant, v.detail])).toEqual([['LEDGER_ATTRIBUTED', 'billing of attempt 1 pays ann for work ann approved']]);
+  });
+});

@@ -12,7 +12,7 @@ export interface Snapshot {
   /** `machinePricePerTask`: what a task a model labelled costs (0 when absent). `currency`: of every amount of the project. */
   readonly projects: readonly { projectId: string; currency?: string; pricePerTask: number; machinePricePerTask?: number; balance: number }[];
   /** Who each billed attempt pays (billing-svc's `billings`): a model's id means the machine rule applies. */
-  readonly billings?: readonly { taskId: string; attempt: number; annotatorId: string; status: string }[];
+  readonly billings?: readonly { taskId: string; attempt: number; annotatorId: string; status: string; approvedBy?: string | null }[];
   readonly ledger: readonly { projectId: string; taskId: string | null; attempt: number | null; kind: string; annotatorId: string | null; amount: number }[];
   /** One row per annotator and currency (a snapshot without currencies counts every payout in one). */
   readonly payouts: readonly { annotatorId: string; currency?: string; balance: number }[];
@@ -174,7 +174,10 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
       const projects = await of('billing')<{ project_id: string; currency: string; price_per_task: string; machine_price_per_task: string; balance: string }>(
         'SELECT project_id, currency, price_per_task, machine_price_per_task, balance FROM projects',
       );
-      const billings = await of('billing')<{ task_id: string; attempt: number; annotator_id: string; status: string }>('SELECT task_id, attempt, annotator_id, status FROM billings');
+      // to_jsonb: a billing database from before approvers were kept (billing-svc migration 6) reads as none.
+      const billings = await of('billing')<{ task_id: string; attempt: number; annotator_id: string; status: string; approved_by: string | null }>(
+        "SELECT task_id, attempt, annotator_id, status, to_jsonb(b) ->> 'approved_by' AS approved_by FROM billings b",
+      );
       const ledger = await of('billing')<{ project_id: string; task_id: string | null; attempt: number | null; kind: string; annotator_id: string | null; amount: string }>(
         'SELECT project_id, task_id, attempt, kind, annotator_id, amount FROM ledger',
       );
@@ -189,7 +192,7 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
     assignments: label.assignments.map((a) => ({ taskId: a.task_id, attempt: a.attempt, annotatorId: a.annotator_id })),
     reviews: qa.reviews.map((r) => ({ taskId: r.task_id, attempt: r.attempt, status: r.status, deadlineAt: r.deadline_at })),
     projects: billing.projects.map((p) => ({ projectId: p.project_id, currency: p.currency, pricePerTask: Number(p.price_per_task), machinePricePerTask: Number(p.machine_price_per_task), balance: Number(p.balance) })),
-    billings: billing.billings.map((b) => ({ taskId: b.task_id, attempt: b.attempt, annotatorId: b.annotator_id, status: b.status })),
+    billings: billing.billings.map((b) => ({ taskId: b.task_id, attempt: b.attempt, annotatorId: b.annotator_id, status: b.status, approvedBy: b.approved_by })),
     ledger: billing.ledger.map((e) => ({ projectId: e.project_id, taskId: e.task_id, attempt: e.attempt, kind: e.kind, annotatorId: e.annotator_id, amount: Number(e.amount) })),
     payouts: billing.payouts.map((p) => ({ annotatorId: p.annotator_id, ...(p.currency === null ? {} : { currency: p.currency }), balance: Number(p.balance) })),
     unpublished: [...task.unpublished, ...label.unpublished, ...qa.unpublished, ...billing.unpublished],
