@@ -61,13 +61,14 @@ export function usePreparedStatements(pool: pg.Pool, options: PreparedStatements
     }) as typeof client.query;
   });
   // pg-pool gives each checkout a fresh `release`; wrapped here, on every checkout (pool.query's own included).
-  const connect = pool.connect.bind(pool) as (callback?: (error: Error | undefined, client: pg.PoolClient | undefined, done: (release?: Error | boolean) => void) => void) => Promise<pg.PoolClient> | undefined;
+  type Checkout = (error: Error | undefined, client: pg.PoolClient | undefined, done: (release?: Error | boolean) => void) => void;
+  const connect = pool.connect.bind(pool) as (callback?: Checkout) => Promise<pg.PoolClient> | undefined;
   const closingIfStale = (client: pg.PoolClient): pg.PoolClient => {
     const release = client.release;
     client.release = ((error?: Error | boolean) => release.call(client, error || (stale.has(client) ? staleError() : undefined))) as typeof client.release;
     return client;
   };
-  pool.connect = ((callback?: (error: Error | undefined, client: pg.PoolClient | undefined, done: (release?: Error | boolean) => void) => void) => {
+  pool.connect = ((callback?: Checkout) => {
     if (!callback) return (connect() as Promise<pg.PoolClient>).then(closingIfStale);
     return connect((error, client, done) => (client ? callback(error, closingIfStale(client), client.release) : callback(error, client, done)));
   }) as typeof pool.connect;
