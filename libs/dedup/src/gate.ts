@@ -142,9 +142,12 @@ export function createDedupGate(options: DedupGateOptions): DedupGate {
       await guard.call('markDone', () => tier.markDone(keys.map(redisKey)));
     },
     async warm() {
-      const keys = await inbox.recentKeys(options.warmWindowMs, options.bloom.capacity);
-      for (const k of keys) recent.add(formatKey(k));
-      return keys.length;
+      let warmed = 0;
+      for await (const page of inbox.recentKeys(options.warmWindowMs, options.bloom.capacity)) {
+        for (const k of page) recent.add(formatKey(k));
+        warmed += page.length;
+      }
+      return warmed;
     },
     breakerState: guard.state,
     close: guard.close,

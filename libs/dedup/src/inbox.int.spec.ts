@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
 import { createTestDatabase, uniqueName, createTestPool } from '@labelflow/testing';
-import { formatKey, inboxMigrationSql, recordInInbox, recordManyInInbox } from './index';
+import { formatKey, inboxMigrationSql, inboxReader, recordInInbox, recordManyInInbox, type DedupKey } from './index';
 
 const infra = inject('infra');
 
@@ -77,5 +77,57 @@ describe('the PostgreSQL inbox', () => {
     const fresh = await recordManyInInbox(pool, [entry({ taskId: a }), entry({ taskId: b }), entry({ taskId: c, attempt: 2 }), entry({ taskId: a })]);
     expect([...fresh].sort()).toEqual([formatKey({ taskId: a, eventType: 'LabelSubmitted', attempt: 1 }), formatKey({ taskId: c, eventType: 'LabelSubmitted', attempt: 2 })].sort());
     expect(await recordManyInInbox(pool, [entry({ taskId: a }), entry({ taskId: c, attempt: 2 })])).toEqual(new Set());
+  });
+});
+
+describe('reading the recent inbox keys to warm a Bloom filter', () => {
+  let pool: pg.Pool;
+  let drop: () => Promise<void>;
+  const ago = (minutes: number) => `now() - interval '${minutes} minutes'`;
+  /** `n` keys of one statement, so they share one processed_at: the ties the cursor must walk through. */
+  const insert = async (n: number, at: string, eventType: string) => {
+    await pool.query(
+      `INSERT INTO inbox (task_id, event_type, attempt, event_id, source, processed_at)
+       SELECT 't' || lpad(i::text, 6, '0'), $2, 1 + i % 3, 'e' || i, 'test/0@' || i, ${at} FROM generate_series(1, $1) AS i`,
+      [n, eventType],
+    );
+  };
+  const read = async (windowMs: number, limit: number, pageSize: number) => {
+    const pages: (readonly DedupKey[])[] = [];
+    for await (const page of inboxReader(pool).recentKeys(windowMs, limit, pageSize)) pages.push(page);
+    return { sizes: pages.map((p) => p.length), keys: pages.flat().map(formatKey) };
+  };
+
+  beforeAll(async () => {
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('inbox_recent'));
+    drop = db.drop;
+    pool = createTestPool(db.url, 4);
+    await pool.query(inboxMigrationSql);
+    await insert(2_503, ago(1), 'Newest');
+    await insert(40, ago(30), 'Older');
+    await insert(25, ago(120), 'OutOfWindow');
+  });
+  afterAll(async () => {
+    await pool.end();
+    await drop();
+  });
+
+  it('returns every key of the window once, in pages no larger than asked, though thousands share one instant', async () => {
+    const { sizes, keys } = await read(3_600_000, 1_000_000, 1_000);
+    expect(sizes).toEqual([1_000, 1_000, 543]);
+    expect(new Set(keys).size).toBe(2_543);
+    expect(keys.filter((k) => k.includes(':OutOfWindow:'))).toEqual([]);
+  });
+
+  it('stops at the limit with the newest keys, the older ones left out', async () => {
+    const { sizes, keys } = await read(3_600_000, 2_510, 1_000);
+    expect(sizes).toEqual([1_000, 1_000, 510]);
+    expect(keys.filter((k) => k.includes(':Newest:'))).toHaveLength(2_503);
+    expect(keys.filter((k) => k.includes(':Older:'))).toHaveLength(7);
+  });
+
+  it('yields no empty page when the window ends exactly at a page boundary, nor when the limit does', async () => {
+    expect((await read(3_600_000, 1_000_000, 2_543)).sizes).toEqual([2_543]);
+    expect((await read(3 * 3_600_000, 2_568, 856)).sizes).toEqual([856, 856, 856]);
   });
 });

@@ -56,19 +56,47 @@ export async function recordManyInInbox(tx: Queryable, entries: readonly InboxEn
 /** Read access to the inbox for the gate: confirming Bloom "maybe"s and warming the filter. */
 export interface InboxReader {
   readonly db: Queryable;
-  recentKeys(windowMs: number, limit: number): Promise<DedupKey[]>;
+  /**
+   * The keys processed in the last `windowMs`, newest first, at most `limit`, in pages of at most
+   * `pageSize`: a page is let go before the next is read, so warming a filter of millions of keys
+   * never holds them all as rows at once.
+   */
+  recentKeys(windowMs: number, limit: number, pageSize?: number): AsyncIterable<readonly DedupKey[]>;
 }
+
+interface InboxKeyRow {
+  readonly task_id: string;
+  readonly event_type: string;
+  readonly attempt: number;
+  /** As text: a Date would drop the microseconds the next page's cursor needs. */
+  readonly at: string;
+}
+
+const recentSelect = `SELECT task_id, event_type, attempt, processed_at::text AS at FROM inbox WHERE processed_at > $1::timestamptz`;
+const recentOrder = `ORDER BY processed_at DESC, task_id DESC, event_type DESC, attempt DESC LIMIT $2`;
 
 export function inboxReader(db: Queryable): InboxReader {
   return {
     db,
-    async recentKeys(windowMs, limit) {
-      const { rows } = await db.query<{ task_id: string; event_type: string; attempt: number }>(
-        `SELECT task_id, event_type, attempt FROM inbox WHERE processed_at > now() - ($1::bigint * interval '1 millisecond')
-         ORDER BY processed_at DESC LIMIT $2`,
-        [windowMs, limit],
-      );
-      return rows.map((r) => ({ taskId: r.task_id, eventType: r.event_type, attempt: r.attempt }));
+    async *recentKeys(windowMs, limit, pageSize = 10_000) {
+      // One cutoff for every page, so a slow warm does not shift its window while it reads.
+      const { rows: cut } = await db.query<{ since: string }>(`SELECT (now() - ($1::bigint * interval '1 millisecond'))::text AS since`, [windowMs]);
+      const since = cut[0]!.since;
+      let after: InboxKeyRow | undefined;
+      for (let left = limit; left > 0; ) {
+        const want = Math.min(pageSize, left);
+        // Keyset on the whole row: processed_at alone is shared by every key of one transaction.
+        const { rows } = after
+          ? await db.query<InboxKeyRow>(
+              `${recentSelect} AND (processed_at, task_id, event_type, attempt) < ($3::timestamptz, $4, $5, $6) ${recentOrder}`,
+              [since, want, after.at, after.task_id, after.event_type, after.attempt],
+            )
+          : await db.query<InboxKeyRow>(`${recentSelect} ${recentOrder}`, [since, want]);
+        if (rows.length > 0) yield rows.map((r) => ({ taskId: r.task_id, eventType: r.event_type, attempt: r.attempt }));
+        if (rows.length < want) return;
+        left -= rows.length;
+        after = rows[rows.length - 1];
+      }
     },
   };
 }
