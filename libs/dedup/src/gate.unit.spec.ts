@@ -12,7 +12,7 @@ const fakeRedis = () => {
   const redis = { script: () => answer('sha'), evalsha: () => answer([1]), ping: () => answer('PONG') } as unknown as Redis;
   return { redis, state };
 };
-const inbox: InboxReader = { db: { query: async () => ({ rows: [], rowCount: 0 }) }, recentKeys: async function* () {} };
+const inbox: InboxReader = { db: { query: async () => ({ rows: [], rowCount: 0 }) }, recentKeys: async function* () { yield* []; } };
 
 describe('the dedup gate breaker probe', () => {
   afterEach(() => vi.useRealTimers());

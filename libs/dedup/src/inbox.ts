@@ -81,7 +81,8 @@ export function inboxReader(db: Queryable): InboxReader {
     async *recentKeys(windowMs, limit, pageSize = 10_000) {
       // One cutoff for every page, so a slow warm does not shift its window while it reads.
       const { rows: cut } = await db.query<{ since: string }>(`SELECT (now() - ($1::bigint * interval '1 millisecond'))::text AS since`, [windowMs]);
-      const since = cut[0]!.since;
+      const since = cut[0]?.since;
+      if (since === undefined) return;
       let after: InboxKeyRow | undefined;
       for (let left = limit; left > 0; ) {
         const want = Math.min(pageSize, left);
