@@ -1,6 +1,6 @@
-import { TopicOwners } from '@labelflow/contracts';
+import { toStorableText, TopicOwners } from '@labelflow/contracts';
 import { createConsumerMetrics, createKafka, defaultRestart, ensureTopics, superviseConsumer, type SupervisedRunConfig } from '@labelflow/messaging';
-import { deadLetterTopic, kafkaSecurity, type Lifecycle, type Pool, type Queryable } from '@labelflow/service-kit';
+import { deadLetterTopic, isTransientDbError, kafkaSecurity, type Lifecycle, type Pool, type Queryable } from '@labelflow/service-kit';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { SagaMonitorConfig } from '../config';
 
@@ -30,6 +30,19 @@ const header = (headers: Headers | undefined, name: string): string | undefined 
 const TASK_ID = /^[1-9][0-9]{0,18}$/;
 
 /**
+ * Cut, then made storable: a dead letter's text quotes what could not be read (V8's JSON error
+ * quotes the bytes, NUL included), and one row PostgreSQL refuses would stop the follower on its
+ * partition for good, every later dead letter unrecorded.
+ */
+const text = (value: string, max: number): string => toStorableText(value.slice(0, max));
+
+/** An instant PostgreSQL takes as it is, or none: `Date.parse` alone accepts what timestamptz refuses ("1"). */
+const instant = (value: string | undefined): string | null => {
+  const ms = value === undefined ? Number.NaN : Date.parse(value);
+  return Number.isNaN(ms) ? null : new Date(ms).toISOString();
+};
+
+/**
  * What the timeline keeps of one dead letter. The message may be anything (a dead letter is often
  * one that could not be read): the task is its key when that is a task id, the event its value
  * when that is readable JSON, the type its `event-type` header otherwise.
@@ -45,19 +58,19 @@ export function readDeadLetter(topic: string, partition: number, message: { offs
   }
   const taskId = key !== null && TASK_ID.test(key) ? key : typeof body.taskId === 'string' && TASK_ID.test(body.taskId) ? body.taskId : null;
   const sourceTopic = header(message.headers, Dlq.sourceTopic);
-  const failedAt = header(message.headers, Dlq.failedAt);
+  const eventType = typeof body.type === 'string' ? body.type : header(message.headers, 'event-type');
   return {
     topic,
     partition,
     offset: message.offset,
     service: topic.slice(prefix.length + 1, -'.dlq'.length),
     taskId,
-    eventId: typeof body.id === 'string' ? body.id.slice(0, 64) : null,
-    eventType: (typeof body.type === 'string' ? body.type : header(message.headers, 'event-type'))?.slice(0, 100) ?? null,
-    code: header(message.headers, Dlq.code) ?? 'UNKNOWN',
-    reason: (header(message.headers, Dlq.message) ?? '').slice(0, 4000),
-    source: sourceTopic ? `${sourceTopic}/${header(message.headers, Dlq.sourcePartition) ?? '?'}@${header(message.headers, Dlq.sourceOffset) ?? '?'}` : null,
-    failedAt: failedAt !== undefined && !Number.isNaN(Date.parse(failedAt)) ? failedAt : null,
+    eventId: typeof body.id === 'string' ? text(body.id, 64) : null,
+    eventType: eventType === undefined ? null : text(eventType, 100),
+    code: text(header(message.headers, Dlq.code) ?? 'UNKNOWN', 100),
+    reason: text(header(message.headers, Dlq.message) ?? '', 4000),
+    source: sourceTopic ? text(`${sourceTopic}/${header(message.headers, Dlq.sourcePartition) ?? '?'}@${header(message.headers, Dlq.sourceOffset) ?? '?'}`, 300) : null,
+    failedAt: instant(header(message.headers, Dlq.failedAt)),
   };
 }
 
@@ -112,7 +125,17 @@ export async function startDeadLetterFollower(deps: { readonly config: SagaMonit
   const runConfig: SupervisedRunConfig = {
     eachMessage: async ({ topic, partition, message }) => {
       const row = readDeadLetter(topic, partition, message, prefix);
-      if (await recordDeadLetter(pool, row)) recorded.inc({ source_service: row.service });
+      try {
+        if (await recordDeadLetter(pool, row)) recorded.inc({ source_service: row.service });
+      } catch (error) {
+        // Waiting fixes an outage: kafkajs retries the message. Anything else would fail the same
+        // way on every retry and hold up every later dead letter of the partition, so this one is
+        // let go, loudly: it stays on its topic, readable with `npm run dlq`.
+        if (isTransientDbError(error)) throw error;
+        unrecorded.inc({ source_service: row.service });
+        logger.error({ err: error, topic, partition, offset: message.offset, taskId: row.taskId, code: row.code }, 'dead letter not recorded: the database refused it; it stays on its topic');
+        return;
+      }
       logger.info({ topic, offset: message.offset, taskId: row.taskId, code: row.code }, 'dead letter recorded');
     },
   };
@@ -121,6 +144,7 @@ export async function startDeadLetterFollower(deps: { readonly config: SagaMonit
   // Not `service`: every series of this process carries service="saga-monitor" already, and a
   // metric's own label of that name would replace it.
   const recorded = metrics.counter('saga_monitor_dead_letters_recorded_total', 'Dead letters read from the dead-letter topics and recorded for the timelines, by the service that dead-lettered them', ['source_service']);
+  const unrecorded = metrics.counter('saga_monitor_dead_letters_unrecorded_total', 'Dead letters the database refused to record (they stay on their topics), by the service that dead-lettered them', ['source_service']);
   const supervision = superviseConsumer({ consumer, runConfig, policy: defaultRestart, metrics: followerMetrics(metrics), log: logger });
   lifecycle.onClose('dead-letter-follower', async () => {
     await supervision.close();

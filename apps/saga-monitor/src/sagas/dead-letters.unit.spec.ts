@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { isStorableText } from '@labelflow/contracts';
 import { readDeadLetter } from './dead-letters';
 
 const headers = {
@@ -32,5 +33,33 @@ describe('saga monitor: reading a dead letter', () => {
   it('keeps a message that is not JSON and has no task key, with what its headers say', () => {
     const read = readDeadLetter('lf.task-svc.dlq', 0, { offset: '9', key: Buffer.from('garbage'), value: Buffer.from('\u0000\u0001'), headers: { 'dlq-error-code': 'DECODE_FAILED' } }, 'lf');
     expect(read).toMatchObject({ service: 'task-svc', taskId: null, eventId: null, eventType: null, code: 'DECODE_FAILED', reason: '', source: null, failedAt: null });
+  });
+
+  it('makes every text storable when the letter quotes unreadable bytes, as a JSON error on a NUL does', () => {
+    let reason = '';
+    try {
+      JSON.parse('\u0000garbage from a model worker');
+    } catch (error) {
+      reason = `value is not JSON: ${(error as Error).message}`;
+    }
+    expect(isStorableText(reason)).toBe(false);
+    const value = Buffer.from(JSON.stringify({ id: 'e\u0000', type: 'Label\u0000Submitted' }));
+    const read = readDeadLetter('lf.label-svc.dlq', 0, { offset: '3', key: Buffer.from('\u0000'), value, headers: { ...headers, 'dlq-error-code': 'DECODE\u0000', 'dlq-error-message': reason, 'dlq-source-topic': 'lf.\u0000' } }, 'lf');
+    for (const field of [read.eventId, read.eventType, read.code, read.reason, read.source]) expect(isStorableText(field ?? '')).toBe(true);
+    expect(read.reason).toContain('value is not JSON');
+    expect(read.taskId).toBeNull();
+  });
+
+  it('leaves no half of a surrogate pair where a long text is cut', () => {
+    const read = readDeadLetter('lf.qa-svc.dlq', 0, { offset: '4', key: null, value: null, headers: { ...headers, 'dlq-error-message': `${'x'.repeat(3_999)}😀` } }, 'lf');
+    expect(isStorableText(read.reason)).toBe(true);
+    expect(read.reason).toHaveLength(4_000);
+  });
+
+  it('keeps a failure instant PostgreSQL can read, or none', () => {
+    const at = (failedAt: string) => readDeadLetter('lf.qa-svc.dlq', 0, { offset: '4', key: null, value: null, headers: { ...headers, 'dlq-failed-at': failedAt } }, 'lf').failedAt;
+    expect(at('1')).toBe(new Date(Date.parse('1')).toISOString());
+    expect(at('2030-01-01T01:00:00+01:00')).toBe('2030-01-01T00:00:00.000Z');
+    expect(at('yesterday')).toBeNull();
   });
 });

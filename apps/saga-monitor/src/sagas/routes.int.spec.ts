@@ -78,11 +78,12 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
     await republish(completed, { traceparent: `00-${traceId}-00f067aa0ba902b7-01` });
     // Another task's review opening, sent with the trace it travelled in.
     await republish({ ...labels, id: freshSnowflake(), taskId: traced, type: 'QaStarted', version: 1, producer: 'qa-svc', payload: { annotatorId: 'ann-1' } } as DomainEvent, { traceparent: `00-${traceId}-00f067aa0ba902b7-01` });
-    // label-svc could not read a message of the task: its consumer dead-lettered it.
+    // label-svc could not read a message of the task: its consumer dead-lettered it, with V8's
+    // error quoting the NUL it choked on, which PostgreSQL would refuse as text.
     await produceRaw(infra.kafkaBrokers, `${svc.prefix}.label-svc.dlq`, [{
       key: reworked,
       value: '{"not": "an event"',
-      headers: { 'dlq-error-code': 'DECODE_FAILED', 'dlq-error-message': 'not JSON', 'dlq-source-topic': `${svc.prefix}.task-events`, 'dlq-source-partition': '0', 'dlq-source-offset': '41', 'dlq-consumer-group': `${svc.prefix}.label-svc`, 'dlq-failed-at': new Date().toISOString() },
+      headers: { 'dlq-error-code': 'DECODE_FAILED', 'dlq-error-message': 'not JSON: \u0000', 'dlq-source-topic': `${svc.prefix}.task-events`, 'dlq-source-partition': '0', 'dlq-source-offset': '41', 'dlq-consumer-group': `${svc.prefix}.label-svc`, 'dlq-failed-at': new Date().toISOString() },
     }]);
     // And the monitor's own consumer could not record one: its timeline must say so too.
     await produceRaw(infra.kafkaBrokers, `${svc.prefix}.saga-monitor.dlq`, [{
@@ -141,7 +142,7 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
       const asAdmin = (await svc.http(as.admin()).get<TimelineView>(`/sagas/${reworked}`)).body;
       expect(asAdmin.deadLetters).toEqual(
         expect.arrayContaining([
-          expect.objectContaining({ service: 'label-svc', code: 'DECODE_FAILED', reason: 'not JSON', source: `${svc.prefix}.task-events/0@41` }),
+          expect.objectContaining({ service: 'label-svc', code: 'DECODE_FAILED', reason: 'not JSON: \uFFFD', source: `${svc.prefix}.task-events/0@41` }),
           expect.objectContaining({ service: 'saga-monitor', code: 'DECODE_FAILED', source: `${svc.prefix}.qa-events/2@7` }),
         ]),
       );
