@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { Attempt, EventId, ProjectId, TaskId, storable } from './ids';
+import { Attempt, EventId, Instant, ProjectId, storable, TaskId } from './ids';
 
 export const ServiceName = z.enum(['task-svc', 'label-svc', 'qa-svc', 'billing-svc']);
 export type ServiceName = z.infer<typeof ServiceName>;
@@ -9,7 +9,7 @@ const envelopeBase = {
   taskId: TaskId,
   projectId: ProjectId,
   attempt: Attempt,
-  occurredAt: z.iso.datetime({ offset: true }),
+  occurredAt: Instant,
   producer: ServiceName,
   /** What caused this event: the id of the consumed event, or the HTTP Idempotency-Key. */
   causationId: storable(z.string().min(1).max(255)).optional(),

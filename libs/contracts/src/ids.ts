@@ -81,3 +81,11 @@ export const storable = <S extends z.ZodType<string, string>>(schema: S) =>
 
 /** A task's `dataUri` in a command (POST /tasks, an import line): at most 2,048 characters, of an allowed scheme. */
 export const DataUri = storable(z.string().min(1).max(2048).regex(dataUriPattern, `must be a URI of one of the schemes ${DATA_URI_SCHEMES.join(', ')} (scheme://…)`));
+
+/**
+ * An instant as ISO 8601 with its offset. The format lets a year 0000 through, which PostgreSQL
+ * refuses (22008) where the instant is stored: a proposal so dated would fail its whole batch at
+ * the write, again at every retry, instead of being refused here as the malformed input it is.
+ */
+export const Instant = z.iso.datetime({ offset: true }).refine((value) => !value.startsWith('0000'), 'year 0000 does not exist (the first year is 0001)');
+export type Instant = z.infer<typeof Instant>;

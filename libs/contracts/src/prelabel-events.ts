@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ActorName, Attempt, ProjectId, TaskId, storable } from './ids';
+import { ActorName, Attempt, Instant, ProjectId, storable, TaskId } from './ids';
 
 /**
  * Machine pre-labels: label proposals published by model workers outside labelflow, on the input
@@ -40,7 +40,7 @@ export const PrelabelProposed = z
     taskId: TaskId,
     projectId: ProjectId,
     attempt: Attempt,
-    occurredAt: z.iso.datetime({ offset: true }),
+    occurredAt: Instant,
     model: ModelRef,
     annotations: z.array(PrelabelAnnotation).min(1).max(1000).readonly(),
   })

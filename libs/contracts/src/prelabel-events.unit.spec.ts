@@ -24,6 +24,14 @@ describe('contracts: PrelabelProposed', () => {
     expect(() => buildPrelabelProposed({ ...input, annotations: [] })).toThrow();
   });
 
+  it('refuses a proposal dated in year 0000, which PostgreSQL cannot store, and takes year 0001 even with an offset', () => {
+    const at = (occurredAt: string) => InputTopicSchemas.prelabels.safeParse({ ...buildPrelabelProposed(input), occurredAt }).success;
+    expect(at('0000-01-01T00:00:00Z')).toBe(false);
+    expect(at('0000-12-31T23:59:59-01:00')).toBe(false);
+    expect(at('0001-01-01T00:00:00+01:00')).toBe(true);
+    expect(at('2030-01-01T00:00:00Z')).toBe(true);
+  });
+
   it('refuses a newer version than it knows as unsupported rather than guessing', () => {
     const parsed = InputTopicSchemas.prelabels.safeParse({ ...buildPrelabelProposed(input), version: 2 });
     expect(parsed.success).toBe(false);

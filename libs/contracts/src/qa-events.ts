@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AnnotatorId, ReviewerId, storable } from './ids';
+import { AnnotatorId, Instant, ReviewerId, storable } from './ids';
 import { defineEvent } from './envelope';
 
 export const QaStarted = defineEvent('QaStarted', 1, z.object({ annotatorId: AnnotatorId }));
@@ -13,7 +13,7 @@ export const QaRejected = defineEvent('QaRejected', 1, z.object({
 /** The review's SLA passed without a decision: the attempt is abandoned and the task reworked. */
 export const QaTimedOut = defineEvent('QaTimedOut', 1, z.object({
   annotatorId: AnnotatorId,
-  deadlineAt: z.iso.datetime({ offset: true }),
+  deadlineAt: Instant,
 }));
 
 export const QaEvent = z.discriminatedUnion('type', [QaStarted, QaPassed, QaRejected, QaTimedOut]);

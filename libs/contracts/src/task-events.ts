@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ActorName, AnnotatorId, Attempt, storable } from './ids';
+import { ActorName, AnnotatorId, Attempt, Instant, storable } from './ids';
 import { defineEvent } from './envelope';
 
 export const TaskCreated = defineEvent('TaskCreated', 1, z.object({
@@ -15,7 +15,7 @@ export const TaskCreated = defineEvent('TaskCreated', 1, z.object({
 export const TaskAssigned = defineEvent('TaskAssigned', 1, z.object({
   annotatorId: AnnotatorId,
   /** After this instant label-svc refuses the annotator's labels and task-svc reopens the task. */
-  leaseExpiresAt: z.iso.datetime({ offset: true }).optional(),
+  leaseExpiresAt: Instant.optional(),
 }));
 export const TaskCompleted = defineEvent('TaskCompleted', 1, z.object({ annotatorId: AnnotatorId }));
 
