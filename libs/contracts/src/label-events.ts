@@ -18,6 +18,14 @@ export const WorkDurationMs = z.number().int().min(0).max(30 * 24 * 3_600_000);
 const labelPayload = {
   annotatorId: AnnotatorId,
   annotations: z.array(Annotation.readonly()).min(1).max(1000).readonly(),
+  /**
+   * Who held the attempt when someone else's labels were submitted for it: the assignee, on a
+   * model's auto-submitted pre-label (`annotatorId` is then the model). Absent when the holder
+   * submitted. Added without a new version: a reader that does not know it drops it, and qa-svc
+   * keeps the holder from reviewing labels of a task they held. In both versions' schemas, so an
+   * instance pinned to v1 (a gray release) still tells the readers that know it.
+   */
+  heldBy: AnnotatorId.optional(),
 };
 
 /** Version 1: what label-svc wrote before `durationMs`, and what an instance pinned to `LABEL_EVENT_VERSION=1` still writes. */
@@ -29,13 +37,6 @@ export const LabelSubmitted = defineEvent(
   z.object({
     ...labelPayload,
     durationMs: WorkDurationMs.nullable(),
-    /**
-     * Who held the attempt when someone else's labels were submitted for it: the assignee, on a
-     * model's auto-submitted pre-label (`annotatorId` is then the model). Absent when the holder
-     * submitted. Added without a new version: a reader that does not know it drops it, and qa-svc
-     * keeps the holder from reviewing labels of a task they held.
-     */
-    heldBy: AnnotatorId.optional(),
   }),
 );
 

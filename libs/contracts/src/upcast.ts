@@ -35,7 +35,8 @@ export const labelSubmittedV1ToV2 = (event: LabelSubmittedV1): LabelSubmitted =>
 /**
  * The newest LabelSubmitted written as version 1, for an instance that must still write what
  * not-yet-upgraded readers understand (a gray release). Only `durationMs` is lost; readers of v2
- * see it as null, exactly as `labelSubmittedV1ToV2` says.
+ * see it as null, exactly as `labelSubmittedV1ToV2` says. `heldBy` stays: it is optional in v1
+ * too, so an upgraded qa-svc still bars the holder from reviewing a model's labels.
  */
 export function labelSubmittedAsV1<E extends { readonly version: 2; readonly payload: LabelSubmitted['payload'] }>(
   event: E,

@@ -62,6 +62,11 @@ describe('contracts: LabelSubmitted across its versions', () => {
     expect(labelSubmittedV1ToV2(LabelSubmittedV1.parse(written))).toEqual(v2(null));
   });
 
+  it('keeps who held the attempt when the newest event is written as v1, so a pinned instance does not let the holder review a model\'s labels', () => {
+    const heldForModel = { ...v2(null), payload: { ...v2(null).payload, annotatorId: 'model.cat-detector@2.1', heldBy: 'alice' } };
+    expect(label.parse(labelSubmittedAsV1(LabelSubmitted.parse(heldForModel))).payload.heldBy).toBe('alice');
+  });
+
   it('hands out an upcast event as read-only as a parsed one', () => {
     const upcast = labelSubmittedV1ToV2(LabelSubmittedV1.parse(v1));
     expect(Object.isFrozen(upcast)).toBe(true);
