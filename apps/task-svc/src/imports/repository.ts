@@ -82,14 +82,23 @@ export async function renewImportLease(db: Queryable, job: Pick<ImportJob, 'proj
   return rowCount === 1;
 }
 
-/** Lets go of the job (the upload ended without completing it); nothing if another upload holds it now. */
+/**
+ * Lets go of the job (the upload ended without completing it); nothing if another upload holds it
+ * now. `completed` (a re-upload of a completed job that wrote nothing new) holds only while the
+ * row still says so: a batch of new lines whose commit answer was lost cleared `completed_at`,
+ * and the job is then interrupted, its file not imported to the end.
+ */
 export async function releaseImport(db: Queryable, job: Pick<ImportJob, 'projectId' | 'importId'>, owner: string, status: ImportStatus): Promise<void> {
-  await db.query(`UPDATE imports SET status = $4, owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE project_id = $1 AND import_id = $2 AND owner = $3`, [
-    job.projectId,
-    job.importId,
-    owner,
-    status,
-  ]);
+  await db.query(
+    `UPDATE imports SET status = CASE WHEN $4 = 'completed' AND completed_at IS NULL THEN 'interrupted' ELSE $4 END, owner = NULL, lease_expires_at = NULL, updated_at = now()
+     WHERE project_id = $1 AND import_id = $2 AND owner = $3`,
+    [
+      job.projectId,
+      job.importId,
+      owner,
+      status,
+    ],
+  );
 }
 
 export interface BatchWrite {
