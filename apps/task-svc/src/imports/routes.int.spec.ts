@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { buildService, loadConfig, type BuiltService } from '@labelflow/service-kit';
-import { as, buildTestService, eventually, queryRows, refusal, tokenFor, type InProcessService, type TestIdentity } from '@labelflow/testing';
+import { as, buildTestService, eventually, freshSnowflake, queryRows, refusal, tokenFor, type InProcessService, type TestIdentity } from '@labelflow/testing';
 import { TaskSvcConfig } from '../config';
 import { taskService } from '../service';
 
@@ -382,13 +382,62 @@ describe('task-svc bulk import, a shutdown during an upload', () => {
       await upload.write(file(Array.from({ length: 10 }, (_, i) => line(`s${i}`))));
       const job = async () => (await queryRows<{ status: string; created: string; owner: string | null }>(svc.databaseUrl, 'SELECT status, created, owner FROM imports WHERE import_id = $1', [importId]))[0];
       await eventually(async () => expect(await job()).toMatchObject({ created: '10' }));
-      // Before, the close waited for the upload to end, which this client never does.
+      // Before, the close waited for the upload to end, which this client never does. The answer
+      // (a hang-up) may come while the close still runs: it is awaited from the start.
+      const answered = upload.answer.catch(() => undefined);
       await svc.built.app.close();
-      await upload.answer.catch(() => undefined);
+      await answered;
       expect(await job()).toMatchObject({ status: 'interrupted', created: '10', owner: null });
       await svc.close();
       closed = true;
     } finally {
+      if (!closed) await svc.close();
+    }
+  });
+
+  it('lets the batch in flight finish and the job go before the pool closes, so a resume is not refused while a lease lapses', async () => {
+    // A wait bound far beyond the test's steps: whatever the machine's load, the close waits here.
+    const svc = await buildTestService(infra, 'task-svc', (env) => buildService(taskService, loadConfig(TaskSvcConfig, env)), { IMPORT_BATCH_SIZE: '5', IMPORT_CLOSE_WAIT_MS: '10000' });
+    const blocker = new pg.Client({ connectionString: svc.databaseUrl });
+    blocker.on('error', () => undefined);
+    let closed = false;
+    try {
+      await svc.built.app.listen({ port: 0, host: '127.0.0.1' });
+      const baseUrl = `http://127.0.0.1:${(svc.built.app.server.address() as AddressInfo).port}`;
+      const projectId = randomUUID();
+      const importId = randomUUID();
+      // Another transaction holds external id h3 of the project, uncommitted: the batch that
+      // carries it waits on that row's lock.
+      await blocker.connect();
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `INSERT INTO tasks (task_id, project_id, title, data_uri, task_number, external_id, status, attempt, version)
+         VALUES ($1, $2, 'held', 's3://bucket/held.jpg', 'HELD-1', 'h3', 'open', 1, 1)`,
+        [String(freshSnowflake()), projectId],
+      );
+      const upload = streamingUpload(baseUrl, `/projects/${projectId}/tasks/import?importId=${importId}`, as.owner('own-1', projectId));
+      await upload.start();
+      await upload.write(file(Array.from({ length: 5 }, (_, i) => line(`h${i}`))));
+      const job = async () => (await queryRows<{ status: string; owner: string | null }>(svc.databaseUrl, 'SELECT status, owner FROM imports WHERE import_id = $1', [importId]))[0];
+      const waiting = async () =>
+        (await queryRows<{ n: number }>(svc.databaseUrl, `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`))[0]?.n;
+      await eventually(async () => expect(await waiting()).toBe(1));
+      // The whole service's close, as on SIGTERM: the HTTP server, then the rest, the pool last.
+      const closing = svc.built.lifecycle.close();
+      await upload.answer.catch(() => undefined);
+      // The upload is ended; its batch still waits. A close that does not wait for it reaches the
+      // pool's end within milliseconds (nothing else here takes long to close): the second leaves
+      // it all the time it needs. Only then is the batch let through; its release must still come
+      // before the pool ends.
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      await blocker.query('ROLLBACK');
+      await closing;
+      expect(await job()).toEqual({ status: 'interrupted', owner: null });
+      await blocker.end();
+      await svc.close();
+      closed = true;
+    } finally {
+      await blocker.end().catch(() => undefined);
       if (!closed) await svc.close();
     }
   });

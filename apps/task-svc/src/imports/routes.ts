@@ -91,8 +91,9 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
     scope.addContentTypeParser(NDJSON, (_request, payload, done) => done(null, payload));
     // An answer sent before the body was read to its end closes the connection: otherwise Node
     // would go on reading (and dropping) the rest of a file that may be gigabytes long.
-    scope.addHook('onSend', async (_request, reply, payload) => {
-      if (reply.statusCode >= 400) reply.header('connection', 'close');
+    // Only the upload's: a client polling progress keeps its connection through a 404.
+    scope.addHook('onSend', async (request, reply, payload) => {
+      if (reply.statusCode >= 400 && request.method === 'POST') reply.header('connection', 'close');
       return payload;
     });
 
@@ -108,11 +109,17 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
     };
     // A shutdown ends the uploads under way as a dropped connection would: their committed batches
     // stay, the job is left interrupted with its hold released, and the client resumes with the
-    // same importId (on another instance, or this one once it is back). Waiting for them instead
-    // would let a long file outlast the close budget while the consumer and the relay close.
-    const uploading = new Set<FastifyRequest>();
+    // same importId (on another instance, or this one once it is back). Waiting for the files to
+    // end instead would let a long one outlast the close budget while the consumer and the relay
+    // close. What is waited for, briefly, is each upload's batch in flight and its release: the
+    // pool closes after this, and a release it refused would leave the job held by a dead upload
+    // until its lease lapses, a resume answered 409 meanwhile.
+    const uploading = new Map<FastifyRequest, Promise<void>>();
     scope.addHook('preClose', async () => {
-      for (const request of uploading) request.raw.destroy(new Error('the service is shutting down'));
+      for (const request of uploading.keys()) request.raw.destroy(new Error('the service is shutting down'));
+      let bound: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.all(uploading.values()), new Promise((resolve) => (bound = setTimeout(resolve, config.IMPORT_CLOSE_WAIT_MS)))]);
+      clearTimeout(bound);
     });
     scope.post('/projects/:projectId/tasks/import', { onRequest: admit }, async (request, reply: FastifyReply) => {
       const { projectId } = parseInput(ImportParams, request.params, 'path');
@@ -134,7 +141,8 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
       running++;
       runningIn.set(projectId, ofProject + 1);
       runningBy.set(caller, ofCaller + 1);
-      uploading.add(request);
+      let ended!: () => void;
+      uploading.set(request, new Promise<void>((resolve) => (ended = resolve)));
       const body = withIdleLimit((request.body ?? []) as AsyncIterable<Buffer | string>, config.IMPORT_IDLE_MS, () => request.raw.destroy());
       try {
         const job = await runImport(deps, { projectId, importId, createdBy: request.principal.subject, body });
@@ -153,6 +161,7 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
         release(runningIn, projectId);
         release(runningBy, caller);
         uploading.delete(request);
+        ended();
       }
     });
 
