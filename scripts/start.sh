@@ -95,12 +95,29 @@ RESTART_RESET_S=60
 profile=()
 if [ -n "${LABELFLOW_CPU_PROF_DIR:-}" ]; then profile=(--cpu-prof "--cpu-prof-dir=$LABELFLOW_CPU_PROF_DIR"); fi
 
+# Settings that name one process, not the stack: passed on as they are, five services would bind
+# one metrics port (the second fails to start) and report one trace name. METRICS_PORT becomes
+# the first of five, in the order of the ports above; OTEL_SERVICE_NAME is left to each service.
+declare -A metrics_ports=()
+if [ -n "${METRICS_PORT:-}" ]; then
+  i=0
+  for svc in "${SERVICES[@]}"; do metrics_ports[$svc]=$((METRICS_PORT + i)); i=$((i + 1)); done
+  echo "METRICS_PORT=$METRICS_PORT: each service serves its scrape port on its own, $(for svc in "${SERVICES[@]}"; do printf '%s %s, ' "$svc" "${metrics_ports[$svc]}"; done | sed 's/, $//')"
+fi
+if [ -n "${OTEL_SERVICE_NAME:-}" ]; then
+  echo "OTEL_SERVICE_NAME=$OTEL_SERVICE_NAME is ignored here: each service reports traces under its own name (OTEL_RESOURCE_ATTRIBUTES still applies to all)" >&2
+  unset OTEL_SERVICE_NAME
+fi
+
 # Starts (or restarts, appending to its log) one service in the background; its pid in pid[svc].
 launch() {
   local svc=$1 db="${1//-/_}$DB_SUFFIX"
   if [ -z "${restarts[$svc]:-}" ]; then : >"$SVC_LOG_DIR/$svc.log"; fi
+  local own=()
+  if [ -n "${metrics_ports[$svc]:-}" ]; then own=("METRICS_PORT=${metrics_ports[$svc]}"); fi
+  # env execs node: $! stays the service's own pid.
   PORT="${ports[$svc]}" DATABASE_URL="$PG_URL/$db" KAFKA_TOPIC_PREFIX="${KAFKA_TOPIC_PREFIX:-labelflow}" \
-    node --enable-source-maps "${profile[@]}" "dist/apps/$svc/main.js" >>"$SVC_LOG_DIR/$svc.log" 2>&1 &
+    env "${own[@]}" node --enable-source-maps "${profile[@]}" "dist/apps/$svc/main.js" >>"$SVC_LOG_DIR/$svc.log" 2>&1 &
   pid[$svc]=$!
   since[$svc]=$SECONDS
 }

@@ -54,4 +54,7 @@ for tier in "${failed_tiers[@]}"; do
   if [ ! -f "test-results/$tier.json" ]; then echo "tests: the $tier tier ended without a report (see its output above)"; fi
   rc=1
 done
+# Left running on purpose (the next run, or npm start, uses them at once); only what this machine
+# did not have running before was started, and the same command stops it.
+echo "Kafka, PostgreSQL and Redis stay up for the next run; bash infra/local/stack.sh down stops what these scripts started"
 exit "$rc"
