@@ -2,9 +2,10 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-base';
 import { createMetrics, currentTraceHeaders, installTracePropagation, startTracing } from '@labelflow/telemetry';
-import { captureLogs, freshDatabase, metricValue } from '@labelflow/testing';
+import { captureLogs, eventually, freshDatabase, metricValue } from '@labelflow/testing';
 import { createPool } from './db';
-import { sweepOnce, type Sweeper } from './sweeper';
+import { startSweeper, sweepOnce, type Sweeper } from './sweeper';
+import { Lifecycle } from './lifecycle';
 
 const infra = inject('infra');
 
@@ -50,6 +51,18 @@ describe('a deadline sweep', () => {
     expect(metricValue(await metrics.render(), 'deadlines_failed_total', { sweeper: 'test' })).toBe(6);
     // Only the poison is left: the next sweep fires nothing, and ends rather than claiming it forever.
     expect(await sweepOnce(sweeper, deps)).toBe(0);
+  });
+
+  it('counts a sweep that fails as a whole, which fires nothing and refuses no single key', async () => {
+    const logs = captureLogs({ service: 'sweeper-test' });
+    const metrics = createMetrics({ service: 'sweeper-test', defaults: false });
+    const lifecycle = new Lifecycle(logs.logger);
+    // The claim itself fails, as after a migration that broke its query: no key is ever tried.
+    const broken: Sweeper = { ...sweeper, name: 'broken', claimDue: (tx) => tx.query('SELECT due_at FROM no_such_table').then(() => []) };
+    startSweeper(broken, { pool, emit: async () => [], logger: logs.logger, metrics, now: () => new Date(), everyMs: 10 }, lifecycle);
+    await eventually(async () => expect(metricValue(await metrics.render(), 'deadline_sweeps_failed_total', { sweeper: 'broken', transient: 'false' })).toBeGreaterThanOrEqual(2));
+    await lifecycle.close();
+    expect(await metrics.render()).not.toMatch(/deadlines_failed_total\{/);
   });
 
   it('leaves a deadline that failed transiently to the next sweep without counting or warning, and fires the others', async () => {

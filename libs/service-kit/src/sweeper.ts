@@ -105,6 +105,9 @@ export async function sweepOnce(sweeper: Sweeper, deps: SweeperDeps): Promise<nu
 /** Runs `sweepOnce` every `everyMs` until the lifecycle closes; failures are logged and retried. */
 export function startSweeper(sweeper: Sweeper, deps: SweeperDeps, lifecycle: Lifecycle): void {
   const fired = deps.metrics?.counter('deadlines_fired_total', 'Durable deadlines fired', ['sweeper']);
+  // A sweep that fails as a whole (its claim, its transaction) fires nothing at all, and
+  // deadlines_failed_total, which counts keys refused one by one, never moves: counted here.
+  const sweepsFailed = deps.metrics?.counter('deadline_sweeps_failed_total', 'Deadline sweeps that failed as a whole and fired nothing, by whether waiting may fix it', ['sweeper', 'transient']);
   let running = true;
   let timer: NodeJS.Timeout | undefined;
   let current: Promise<void> = Promise.resolve();
@@ -116,7 +119,10 @@ export function startSweeper(sweeper: Sweeper, deps: SweeperDeps, lifecycle: Lif
           deps.logger.info({ sweeper: sweeper.name, fired: n }, 'deadlines fired');
         }
       })
-      .catch((error: Error) => deps.logger.warn({ err: error, sweeper: sweeper.name }, 'deadline sweep failed; retrying'))
+      .catch((error: Error) => {
+        sweepsFailed?.inc({ sweeper: sweeper.name, transient: String(transient(error)) });
+        deps.logger.warn({ err: error, sweeper: sweeper.name }, 'deadline sweep failed; retrying');
+      })
       .finally(() => {
         if (running) timer = setTimeout(tick, deps.everyMs);
       });
