@@ -195,11 +195,14 @@ export function renderPage(): string {
     }, function (e) { status(e.message, true); });
   }
 
+  var ALERTS_SHOWN = 200;
+
   function refreshLists() {
     if (!token) return;
-    api('/sagas/alerts').then(function (body) {
+    // The list is a page of the oldest: a full page says "at least", not how many.
+    api('/sagas/alerts?limit=' + ALERTS_SHOWN).then(function (body) {
       var ul = $('alerts'); clear(ul);
-      $('alerts-count').textContent = String(body.alerts.length);
+      $('alerts-count').textContent = body.alerts.length >= ALERTS_SHOWN ? ALERTS_SHOWN + '+' : String(body.alerts.length);
       $('alerts-count').className = 'pill' + (body.alerts.length > 0 ? ' alerting' : '');
       if (body.alerts.length === 0) ul.appendChild(el('li', 'none', 'muted'));
       body.alerts.forEach(function (a) {
