@@ -25,6 +25,11 @@ export interface MessageMeta {
   readonly headers: Readonly<Record<string, string>>;
   /** `topic/partition@offset`. */
   readonly source: string;
+  /**
+   * The record's Kafka timestamp (epoch ms): when its producer sent it, for labelflow's events when
+   * the relay published them, which may be well after `occurredAt` while a relay lags.
+   */
+  readonly timestamp: number;
 }
 
 export interface Delivery<E> {
@@ -224,7 +229,7 @@ export function createBatchHandler<E extends { readonly type: string }>(deps: Ba
       const decoded = decodeMessage(schema, readable);
       if (!decoded.ok) return { kind: 'invalid', raw: readable, ...decoded.reason };
       if (!processor.handles(decoded.event.type)) return { kind: 'skip', raw: readable, type: decoded.event.type };
-      const meta: MessageMeta = { topic, partition, offset: message.offset, headers: readable.headers, source: coordinates(readable) };
+      const meta: MessageMeta = { topic, partition, offset: message.offset, headers: readable.headers, source: coordinates(readable), timestamp: Number(message.timestamp) };
       return { kind: 'event', raw: readable, delivery: { event: decoded.event, meta } };
     } catch (error) {
       return { kind: 'invalid', raw, code: MessagingErrors.DECODE_FAILED, message: `message could not be read: ${(error as Error).message}` };

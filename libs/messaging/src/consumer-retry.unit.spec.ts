@@ -14,7 +14,7 @@ interface Msg {
 
 const delivery = (n: number): Delivery<Msg> => ({
   event: { type: 'Msg', n },
-  meta: { topic: 't', partition: 0, offset: String(n), headers: {}, source: `t/0@${n}` },
+  meta: { topic: 't', partition: 0, offset: String(n), headers: {}, source: `t/0@${n}`, timestamp: 0 },
 });
 
 /** A fetched batch as kafkajs hands it over, still this consumer's until `take()` is called. */

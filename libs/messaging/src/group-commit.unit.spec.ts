@@ -10,7 +10,7 @@ interface Msg {
 
 const delivery = (partition: number, n: number): Delivery<Msg> => ({
   event: { type: 'Msg', n },
-  meta: { topic: 't', partition, offset: String(n), headers: {}, source: `t/${partition}@${n}` },
+  meta: { topic: 't', partition, offset: String(n), headers: {}, source: `t/${partition}@${n}`, timestamp: 0 },
 });
 const run = (partition: number, ...ns: number[]) => ns.map((n) => delivery(partition, n));
 

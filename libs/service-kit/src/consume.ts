@@ -31,6 +31,8 @@ export interface BatchStore<S, E extends ConsumedEvent = DomainEvent> {
 export interface DeliveryFacts {
   /** The trace headers the event travelled with, continued as its outgoing events will carry them. */
   readonly trace: () => TraceHeaders;
+  /** When the event reached its topic (the Kafka record's timestamp, epoch ms). */
+  readonly publishedAt: number;
 }
 
 /** A consumed event's reaction: pure, given the task's state (time and config come through `ctx`, the delivery's trace through `delivery`). */
@@ -180,12 +182,12 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
     if (tracingEnabled()) {
       return withSpan(`consume ${event.type}`, 'consumer', meta.headers, { 'messaging.destination': meta.topic, 'messaging.kafka.offset': meta.offset, 'labelflow.task_id': event.taskId }, async () => {
         const trace = currentTraceHeaders();
-        const facts: DeliveryFacts = { trace: () => trace };
+        const facts: DeliveryFacts = { trace: () => trace, publishedAt: meta.timestamp };
         return [await batch.apply(event, facts), facts.trace] as const;
       });
     }
     let trace: TraceHeaders | undefined;
-    const facts: DeliveryFacts = { trace: () => (trace ??= continuedTraceHeaders(meta.headers)) };
+    const facts: DeliveryFacts = { trace: () => (trace ??= continuedTraceHeaders(meta.headers)), publishedAt: meta.timestamp };
     const result = batch.apply(event, facts);
     return result instanceof Promise ? result.then((applied) => [applied, facts.trace] as const) : [result, facts.trace];
   }

@@ -2,8 +2,11 @@ import type { Decision, Rejection } from '@labelflow/service-kit';
 import { CloseCause, seenAt, watchedSteps, specOf, WatchedStep, type CloseCause as Cause, type Fact, type SagaWatchState, type StepDeadlines, type Watch, type WatchEvent } from './state';
 
 export type WatchCommand =
-  /** An event of the saga was consumed: it may end watches (the awaited event, a reopen, a cancel) and start one. */
-  | { readonly type: 'Observe'; readonly fact: Fact; readonly deadlines: StepDeadlines }
+  /**
+   * An event of the saga was consumed: it may end watches (the awaited event, a reopen, a cancel)
+   * and start one. `publishedAt`: when it reached its topic, if later than it happened.
+   */
+  | { readonly type: 'Observe'; readonly fact: Fact; readonly deadlines: StepDeadlines; readonly publishedAt?: string }
   /** The sweeper's clock reached `now`: every watch due by then alerts, once. */
   | { readonly type: 'Sweep'; readonly now: string };
 
@@ -49,13 +52,22 @@ function owedRefunds(state: SagaWatchState, fact: Fact): number[] {
   }
 }
 
-function observe(state: SagaWatchState, fact: Fact, deadlines: StepDeadlines): WatchDecidedEvent[] {
+/**
+ * When the next step could start: once the event was on its topic. A step's deadline is what the
+ * service downstream may take, and it cannot act on an event its producer's relay has not yet
+ * published (a relay seconds behind would otherwise make it look late, a healthy saga alerting).
+ */
+const visibleAt = (fact: Fact, publishedAt: string | undefined): string =>
+  publishedAt !== undefined && new Date(publishedAt).getTime() > new Date(fact.occurredAt).getTime() ? publishedAt : fact.occurredAt;
+
+function observe(state: SagaWatchState, fact: Fact, deadlines: StepDeadlines, publishedAt: string | undefined): WatchDecidedEvent[] {
   const events: WatchDecidedEvent[] = [];
+  const start = visibleAt(fact, publishedAt);
   for (const watch of state.watches) {
     const cause = closes(watch, fact);
     if (cause) events.push({ type: 'WatchClosed', step: watch.step, attempt: watch.attempt, cause, at: fact.occurredAt, since: watch.since, dueAt: watch.dueAt, alertedAt: watch.alertedAt });
   }
-  const refundDue = plusMs(fact.occurredAt, deadlines.refund);
+  const refundDue = plusMs(start, deadlines.refund);
   for (const attempt of owedRefunds(state, fact)) events.push({ type: 'WatchOpened', step: WatchedStep.refund, attempt, since: fact.occurredAt, dueAt: refundDue });
   if (state.cancelled || fact.type === 'TaskCancelled' || fact.attempt < state.reopenedAttempt) return events;
   for (const spec of watchedSteps) {
@@ -63,7 +75,7 @@ function observe(state: SagaWatchState, fact: Fact, deadlines: StepDeadlines): W
     if (state.watches.some((w) => w.step === spec.step && w.attempt === fact.attempt)) continue;
     // Consumed from another topic before the event that starts the step: nothing to wait for.
     if (spec.awaits.some((type) => seenAt(state, type, fact.attempt + spec.awaitsAttempt) !== undefined)) continue;
-    events.push({ type: 'WatchOpened', step: spec.step, attempt: fact.attempt, since: fact.occurredAt, dueAt: plusMs(fact.occurredAt, deadlines[spec.step]) });
+    events.push({ type: 'WatchOpened', step: spec.step, attempt: fact.attempt, since: fact.occurredAt, dueAt: plusMs(start, deadlines[spec.step]) });
   }
   return events;
 }
@@ -72,7 +84,7 @@ function observe(state: SagaWatchState, fact: Fact, deadlines: StepDeadlines): W
 export function decide(command: WatchCommand, state: SagaWatchState): Decision<WatchDecidedEvent, WatchRejection> {
   switch (command.type) {
     case 'Observe':
-      return { ok: true, events: observe(state, command.fact, command.deadlines) };
+      return { ok: true, events: observe(state, command.fact, command.deadlines, command.publishedAt) };
     case 'Sweep': {
       const now = new Date(command.now).getTime();
       const due = state.watches.filter((w) => w.alertedAt === null && new Date(w.dueAt).getTime() <= now);

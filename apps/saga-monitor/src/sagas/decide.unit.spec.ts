@@ -26,6 +26,15 @@ describe('saga watchdog: which steps it waits for', () => {
     expect(state.watches).toEqual([{ step: 'qa_started', attempt: 1, since: at(100), dueAt: at(5_100), alertedAt: null }]);
   });
 
+  it('runs a deadline from when the event reached its topic when its relay published it late, so the next service is not blamed for the lag', () => {
+    const late = when(given(), { type: 'Observe', fact: fact('LabelSubmitted', 1, 0), deadlines, publishedAt: at(7_000) });
+    expect(late.decision).toEqual({ ok: true, events: [{ type: 'WatchOpened', step: 'qa_started', attempt: 1, since: at(0), dueAt: at(12_000) }] });
+    expect(when(late.state, sweep(7_100)).decision).toMatchObject({ ok: false, reason: { code: 'NOTHING_DUE' } });
+    // Published before it happened by the producer's clock (skew between hosts): it happened counts.
+    const early = when(given(), { type: 'Observe', fact: fact('LabelSubmitted', 1, 1_000), deadlines, publishedAt: at(900) });
+    expect(early.decision).toMatchObject({ ok: true, events: [{ dueAt: at(6_000) }] });
+  });
+
   it('takes each step deadline from the command, so every step can have its own', () => {
     const { decision } = when(given(), { type: 'Observe', fact: fact('QaPassed', 2, 0), deadlines: { ...deadlines, billing: 1_500 } });
     expect(decision).toEqual({ ok: true, events: [{ type: 'WatchOpened', step: 'billing', attempt: 2, since: at(0), dueAt: at(1_500) }] });

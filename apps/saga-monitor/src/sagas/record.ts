@@ -98,14 +98,16 @@ export interface Observation {
   readonly deadlines: StepDeadlines;
   /** When the monitor consumed it. */
   readonly consumedAt: string;
+  /** When it reached its topic (its Kafka timestamp): a step's deadline runs from then if that is later than it happened. */
+  readonly publishedAt?: string;
   /** The trace the event travelled in (from its Kafka headers). */
   readonly traceId: string | null;
 }
 
 /** One consumed event folded into the task's record: timeline, row, watches, and the notices they cause. */
-export function observeEvent(record: SagaRecord, event: DomainEvent, { deadlines, consumedAt, traceId }: Observation): SagaRecord {
+export function observeEvent(record: SagaRecord, event: DomainEvent, { deadlines, consumedAt, publishedAt, traceId }: Observation): SagaRecord {
   const fact: Fact = { type: event.type, attempt: event.attempt, occurredAt: event.occurredAt };
-  const result = fold(decider, record.watch, { type: 'Observe', fact, deadlines }, [{ type: 'FactObserved', fact }]);
+  const result = fold(decider, record.watch, { type: 'Observe', fact, deadlines, ...(publishedAt === undefined ? {} : { publishedAt }) }, [{ type: 'FactObserved', fact }]);
   // Observe is never refused: a saga can always be told what happened to it.
   const decided = result.ok ? result.events : [];
   const watch = result.ok ? result.state : record.watch;
