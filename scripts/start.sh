@@ -100,8 +100,20 @@ if [ -n "${LABELFLOW_CPU_PROF_DIR:-}" ]; then profile=(--cpu-prof "--cpu-prof-di
 # the first of five, in the order of the ports above; OTEL_SERVICE_NAME is left to each service.
 declare -A metrics_ports=()
 if [ -n "${METRICS_PORT:-}" ]; then
+  if ! [[ $METRICS_PORT =~ ^[0-9]{1,5}$ ]] || [ "$METRICS_PORT" -lt 1 ] || [ "$METRICS_PORT" -gt $((65535 - ${#SERVICES[@]} + 1)) ]; then
+    echo "METRICS_PORT=$METRICS_PORT: expected a port number, the first of ${#SERVICES[@]} (one per service)" >&2
+    exit 1
+  fi
   i=0
   for svc in "${SERVICES[@]}"; do metrics_ports[$svc]=$((METRICS_PORT + i)); i=$((i + 1)); done
+  for svc in "${SERVICES[@]}"; do
+    for other in "${SERVICES[@]}"; do
+      if [ "${metrics_ports[$svc]}" = "${ports[$other]}" ]; then
+        echo "METRICS_PORT=$METRICS_PORT: its ports ${metrics_ports[${SERVICES[0]}]}-${metrics_ports[${SERVICES[-1]}]} overlap the services' ports $PORT_BASE-$((PORT_BASE + ${#SERVICES[@]} - 1)); pick another" >&2
+        exit 1
+      fi
+    done
+  done
   echo "METRICS_PORT=$METRICS_PORT: each service serves its scrape port on its own, $(for svc in "${SERVICES[@]}"; do printf '%s %s, ' "$svc" "${metrics_ports[$svc]}"; done | sed 's/, $//')"
 fi
 if [ -n "${OTEL_SERVICE_NAME:-}" ]; then
@@ -143,6 +155,10 @@ exited() {
 for svc in "${SERVICES[@]}"; do
   if tcp_open 127.0.0.1 "${ports[$svc]}"; then
     echo "port ${ports[$svc]} ($svc) is already in use: is another labelflow stack running? Stop it, or set LABELFLOW_PORT_BASE" >&2
+    exit 1
+  fi
+  if [ -n "${metrics_ports[$svc]:-}" ] && tcp_open 127.0.0.1 "${metrics_ports[$svc]}"; then
+    echo "port ${metrics_ports[$svc]} ($svc's metrics, from METRICS_PORT) is already in use: pick another METRICS_PORT" >&2
     exit 1
   fi
 done

@@ -30,10 +30,11 @@ export const TaskSvcConfig = BaseConfig.extend({
   IMPORT_IDLE_MS: z.coerce.number().int().min(1_000).max(3_600_000).default(30_000),
   /**
    * How long a shutdown waits for the uploads it ends to finish their batch in flight and let go of
-   * their jobs (a batch takes well under a second; the whole close has 15 s). Past it, a job still
-   * held is freed when its lease lapses.
+   * their jobs (a batch takes well under a second). Past it, a job still held is freed when its
+   * lease lapses. At most 4 s: the wait runs inside the HTTP server's close, which the lifecycle
+   * cuts off at 5 s (CLOSE_STEP_TIMEOUT_MS) and then closes the pool anyway.
    */
-  IMPORT_CLOSE_WAIT_MS: z.coerce.number().int().min(0).max(10_000).default(3_000),
+  IMPORT_CLOSE_WAIT_MS: z.coerce.number().int().min(0).max(4_000).default(3_000),
   /** Uploads one instance runs at once; more answer 503 IMPORT_BUSY with Retry-After (they share the service's database pool). */
   IMPORT_MAX_CONCURRENT: z.coerce.number().int().min(1).max(100).default(4),
   /**

@@ -105,9 +105,10 @@ export async function sweepOnce(sweeper: Sweeper, deps: SweeperDeps): Promise<nu
 /** Runs `sweepOnce` every `everyMs` until the lifecycle closes; failures are logged and retried. */
 export function startSweeper(sweeper: Sweeper, deps: SweeperDeps, lifecycle: Lifecycle): void {
   const fired = deps.metrics?.counter('deadlines_fired_total', 'Durable deadlines fired', ['sweeper']);
-  // A sweep that fails as a whole (its claim, its transaction) fires nothing at all, and
-  // deadlines_failed_total, which counts keys refused one by one, never moves: counted here.
-  const sweepsFailed = deps.metrics?.counter('deadline_sweeps_failed_total', 'Deadline sweeps that failed as a whole and fired nothing, by whether waiting may fix it', ['sweeper', 'transient']);
+  // A sweep that fails as a whole (a batch's claim or transaction) leaves every deadline of that
+  // batch and after it unfired, and deadlines_failed_total, which counts keys refused one by one,
+  // never moves: counted here.
+  const sweepsFailed = deps.metrics?.counter('deadline_sweeps_failed_total', 'Deadline sweeps that failed as a whole (a batch\'s claim or transaction), by whether waiting may fix it', ['sweeper', 'transient']);
   let running = true;
   let timer: NodeJS.Timeout | undefined;
   let current: Promise<void> = Promise.resolve();

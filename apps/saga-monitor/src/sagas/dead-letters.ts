@@ -36,10 +36,16 @@ const TASK_ID = /^[1-9][0-9]{0,18}$/;
  */
 const text = (value: string, max: number): string => toStorableText(value.slice(0, max));
 
-/** An instant PostgreSQL takes as it is, or none: `Date.parse` alone accepts what timestamptz refuses ("1"). */
+/**
+ * An instant PostgreSQL takes as it is, or none: `Date.parse` alone accepts what timestamptz
+ * refuses ("1" is read as a date, and year 0000, a negative or a five-digit year come back out of
+ * toISOString as no timestamptz input takes).
+ */
 const instant = (value: string | undefined): string | null => {
   const ms = value === undefined ? Number.NaN : Date.parse(value);
-  return Number.isNaN(ms) ? null : new Date(ms).toISOString();
+  if (Number.isNaN(ms)) return null;
+  const iso = new Date(ms).toISOString();
+  return /^\d{4}-/.test(iso) && !iso.startsWith('0000') ? iso : null;
 };
 
 /**

@@ -61,5 +61,9 @@ describe('saga monitor: reading a dead letter', () => {
     expect(at('1')).toBe(new Date(Date.parse('1')).toISOString());
     expect(at('2030-01-01T01:00:00+01:00')).toBe('2030-01-01T00:00:00.000Z');
     expect(at('yesterday')).toBeNull();
+    expect(at('0000-06-01T00:00:00Z')).toBeNull();
+    expect(at('0001-01-01T00:00:00+01:00')).toBeNull();
+    expect(at('+010000-01-01T00:00:00Z')).toBeNull();
+    expect(at('-000001-01-01T00:00:00Z')).toBeNull();
   });
 });

@@ -35,16 +35,18 @@ export const deadlinesOf = (config: SagaMonitorConfig): StepDeadlines => ({
   refund: config.SAGA_DEADLINE_REFUND_MS,
 });
 
-/** The last instant a Date can hold; a producer may set any timestamp, and toISOString throws past it. */
-const MAX_DATE_MS = 8.64e15;
-
-/** When it reached its topic as an instant, if Kafka says (a producer may leave the timestamp out: -1). */
-const publishedAtOf = (ms: number): string | undefined => (ms > 0 && ms <= MAX_DATE_MS ? new Date(ms).toISOString() : undefined);
+/**
+ * When it reached its topic, if Kafka says (a producer may leave the timestamp out: -1), and never
+ * after the monitor read it: a relay whose clock runs ahead would otherwise push every deadline its
+ * events start as far out, and silence the watchdog.
+ */
+export const publishedAtOf = (ms: number, consumed: Date): string | undefined => (ms > 0 ? new Date(Math.min(ms, consumed.getTime())).toISOString() : undefined);
 
 /** The trace an event travelled in, and when it was published, come with its delivery. */
 const record: EventHandler<EventType, SagaRecord, Ctx> = (event: DomainEvent, state, ctx, delivery) => {
-  const publishedAt = publishedAtOf(delivery.publishedAt);
-  const observation = { deadlines: deadlinesOf(ctx.config), consumedAt: ctx.now().toISOString(), traceId: traceIdOf(delivery.trace().traceparent) ?? null };
+  const consumedAt = ctx.now();
+  const publishedAt = publishedAtOf(delivery.publishedAt, consumedAt);
+  const observation = { deadlines: deadlinesOf(ctx.config), consumedAt: consumedAt.toISOString(), traceId: traceIdOf(delivery.trace().traceparent) ?? null };
   return { ok: true, state: observeEvent(state, event, publishedAt === undefined ? observation : { ...observation, publishedAt }), events: [] };
 };
 

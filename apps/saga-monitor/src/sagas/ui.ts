@@ -202,7 +202,10 @@ export function renderPage(): string {
     // The list is a page of the oldest: a full page says "at least", not how many.
     api('/sagas/alerts?limit=' + ALERTS_SHOWN).then(function (body) {
       var ul = $('alerts'); clear(ul);
-      $('alerts-count').textContent = body.alerts.length >= ALERTS_SHOWN ? ALERTS_SHOWN + '+' : String(body.alerts.length);
+      // Rows are watches: one saga may wait for two steps (a refund beside its next step).
+      var sagas = {}; body.alerts.forEach(function (a) { sagas[a.taskId] = true; });
+      var count = Object.keys(sagas).length;
+      $('alerts-count').textContent = body.alerts.length >= ALERTS_SHOWN ? count + '+' : String(count);
       $('alerts-count').className = 'pill' + (body.alerts.length > 0 ? ' alerting' : '');
       if (body.alerts.length === 0) ul.appendChild(el('li', 'none', 'muted'));
       body.alerts.forEach(function (a) {

@@ -396,8 +396,9 @@ describe('task-svc bulk import, a shutdown during an upload', () => {
   });
 
   it('lets the batch in flight finish and the job go before the pool closes, so a resume is not refused while a lease lapses', async () => {
-    // A wait bound far beyond the test's steps: whatever the machine's load, the close waits here.
-    const svc = await buildTestService(infra, 'task-svc', (env) => buildService(taskService, loadConfig(TaskSvcConfig, env)), { IMPORT_BATCH_SIZE: '5', IMPORT_CLOSE_WAIT_MS: '10000' });
+    // The longest wait the close allows (4 s): the test's steps after the close began take a second
+    // and some milliseconds.
+    const svc = await buildTestService(infra, 'task-svc', (env) => buildService(taskService, loadConfig(TaskSvcConfig, env)), { IMPORT_BATCH_SIZE: '5', IMPORT_CLOSE_WAIT_MS: '4000' });
     const blocker = new pg.Client({ connectionString: svc.databaseUrl });
     blocker.on('error', () => undefined);
     let closed = false;
