@@ -72,18 +72,27 @@ export function client(baseUrl: string, { timeoutMs = 10_000, retries = 5, autho
     const key = method === 'POST' ? crypto.randomUUID() : undefined;
     let limitedMs = 0;
     for (let attempt = 0; ; ) {
+      let response: Awaited<ReturnType<typeof exchange>>;
       try {
         const auth = authorization ? { authorization: await authorization() } : undefined;
         onRequest?.();
-        const response = await exchange(
+        response = await exchange(
           `${baseUrl}${path}`,
           method,
           { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...(key ? { 'idempotency-key': key } : {}), ...auth, ...headers },
           body === undefined ? undefined : JSON.stringify(body),
           timeoutMs,
         );
-        const { text } = response;
-        const parsed = (text ? JSON.parse(text) : undefined) as T;
+      } catch (error) {
+        // No answer (a timeout, a dropped connection): the same request, same key, again.
+        if (attempt >= retries) throw error;
+        await sleep(100 * 2 ** attempt++);
+        continue;
+      }
+      {
+        // An answer that is not JSON (a proxy's HTML error page) is still an answer: its status is
+        // returned with the text, never taken for a dropped connection and retried.
+        const parsed = parseBody(response.text) as T;
         if (response.status === 429 && errorCode(parsed) === 'RATE_LIMITED' && limitedMs < rateLimitWaitMs) {
           onRateLimited?.();
           // At least 1 ms: `Retry-After: 0` and a jitter of 0 would add nothing to the tally, and
@@ -107,12 +116,19 @@ export function client(baseUrl: string, { timeoutMs = 10_000, retries = 5, autho
           continue;
         }
         return { status: response.status, body: parsed };
-      } catch (error) {
-        if (attempt >= retries) throw error;
-        await sleep(100 * 2 ** attempt++);
       }
     }
   };
+}
+
+/** The body as JSON, or as the text it is when it is not JSON; undefined when empty. */
+function parseBody(text: string): unknown {
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
 }
 
 /** The stable code of an error: `{error: {code}}`, or the `code` of an Idempotency-Key problem document. */

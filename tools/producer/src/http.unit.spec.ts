@@ -37,6 +37,19 @@ describe('the producer client', () => {
     expect(server.seen.every((h) => h.authorization === 'Bearer a.b.c')).toBe(true);
   });
 
+  it('gives a 502 whose body is a proxy\'s HTML page back at once with its status, never taking it for a dropped connection', async () => {
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(502, { 'content-type': 'text/html' }).end('<html>Bad Gateway</html>'));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    close = () => new Promise<void>((resolve) => server.close(() => resolve()));
+    let requests = 0;
+    const call = client(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, { retries: 5, onRequest: () => requests++ });
+    expect(await call('POST', '/tasks', { title: 'x' })).toEqual({ status: 502, body: '<html>Bad Gateway</html>' });
+    expect(requests).toBe(1);
+  });
+
   it('sends a 503 again with the same Idempotency-Key, spending a retry, and counts it', async () => {
     const unavailableAnswer = { status: 503, body: { error: { code: 'SERVICE_UNAVAILABLE', message: 'database unavailable' } }, headers: { 'retry-after': '0' } };
     const server = await serve([unavailableAnswer, { status: 201, body: { ok: true } }]);
