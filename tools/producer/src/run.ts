@@ -113,6 +113,7 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
       : undefined;
   let state = o.seed ^ 0x5bd1e995;
   const deadlineAt = Date.now() + o.timeoutMs;
+  // The run's own deadline; each task runs under one of its own (below).
   const ctx: ScenarioContext = {
     services: (onRequest, actor) => services(actor, onRequest),
     cast,
@@ -132,7 +133,7 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
       Array.from({ length: Math.min(o.concurrency, o.tasks) }, async () => {
         while (next < o.tasks) {
           const i = next++;
-          runs.push(await runScenario(ctx, scenarios[i] ?? Scenario.happy, i));
+          runs.push(await runScenario(withTaskDeadline(ctx, Date.now(), o.timeoutMs, o.deadlineExtensionMs), scenarios[i] ?? Scenario.happy, i));
           o.onProgress?.(runs.length, o.tasks);
         }
       }),
@@ -166,5 +167,19 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
     cast: { admin: admin.subject, managers, annotators: o.annotators, reviewers },
     projectId,
     runs,
+  };
+}
+
+/**
+ * The context of one task, with a deadline of its own: `timeoutMs` from its start, moved on as far
+ * as `extensionMs` says. A run of thousands of tasks outlasts any one task's wait, and a deadline
+ * of the whole run would turn every task after it into an error.
+ */
+export function withTaskDeadline(ctx: ScenarioContext, startMs: number, timeoutMs: number, extensionMs?: () => number): ScenarioContext {
+  return {
+    ...ctx,
+    get deadline() {
+      return startMs + timeoutMs + (extensionMs?.() ?? 0);
+    },
   };
 }
