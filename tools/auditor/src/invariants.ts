@@ -81,6 +81,16 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
     } else {
       const stale = booked.filter(([attempt]) => attempt !== t.attempt);
       if (stale.length > 0) flag('NO_SURVIVING_DEBIT', `money booked for superseded attempts ${stale.map(([a]) => a).join(', ')} (task on attempt ${t.attempt})`, ids);
+      // A task not yet completed may already be billed (task-svc completes it next): billing-svc
+      // books a debit and its credit in one transaction, so whatever is booked on the current
+      // attempt is one whole billing, never half of one or two.
+      const current = booked.find(([attempt]) => attempt === t.attempt)?.[1];
+      if (current) {
+        const expected = machine ? { debit: machinePrice.get(t.projectId) ?? 0, credit: 0 } : { debit: price.get(t.projectId), credit: price.get(t.projectId) };
+        if (current.debit !== expected.debit || current.credit !== expected.credit || current.debits !== 1) {
+          flag('BILLED_ONCE', `${t.status} task on attempt ${t.attempt} has booked ${JSON.stringify(current)}, not one billing at ${JSON.stringify(expected)}`, ids);
+        }
+      }
     }
     if (TERMINAL_FAILURES.has(t.status)) checkCompensated(s, t, flag);
     else {
@@ -176,6 +186,12 @@ function checkLedgerAttributed(s: Snapshot, settled: (t: Snapshot['tasks'][numbe
   const tasks = new Map(s.tasks.map((t) => [t.taskId, t]));
   const labeller = new Map(s.labels.flatMap((l) => (l.annotatorId ? [[`${l.taskId}#${l.attempt}`, l.annotatorId] as const] : [])));
   for (const e of s.ledger) {
+    // Only a top-up belongs to no task. Any other row without its task and attempt would escape
+    // every per-attempt check while the balances moved with it, and still sum up right.
+    if (e.kind !== 'topup' && (!e.taskId || e.attempt === null)) {
+      flag('LEDGER_ATTRIBUTED', `a ${e.kind} of ${e.amount} names no ${e.taskId ? 'attempt' : 'task'}`, { ...(e.taskId ? { taskId: e.taskId } : {}), projectId: e.projectId });
+      continue;
+    }
     if (!e.taskId) continue;
     const task = tasks.get(e.taskId);
     if (!task) {

@@ -35,6 +35,34 @@ describe('the saga invariants', () => {
     expect(invariantsOf(doubled)).toContain('BILLED_ONCE');
   });
 
+  it('catch money booked without its task or attempt, which no per-attempt sum would see', () => {
+    const s = healthy();
+    const unattributed = (over: Partial<Snapshot['ledger'][number]>, balance: number) => ({
+      ...s,
+      ledger: [...s.ledger, { projectId: P, taskId: 't1', attempt: null, kind: 'debit', annotatorId: null, amount: 100, ...over }],
+      projects: [{ projectId: P, pricePerTask: 100, balance }],
+    });
+    expect(invariantsOf(unattributed({}, 800))).toEqual(['LEDGER_ATTRIBUTED']);
+    expect(invariantsOf(unattributed({ taskId: null, amount: 900 }, 0))).toEqual(['LEDGER_ATTRIBUTED']);
+    expect(invariantsOf(unattributed({ taskId: null, kind: 'refund', amount: 9_000 }, 9_900))).toEqual(['LEDGER_ATTRIBUTED']);
+  });
+
+  it('catch a task not yet completed that holds half a billing, or two, on its current attempt, and accept one whole billing', () => {
+    const s = healthy();
+    const inReview = (ledger: Snapshot['ledger'], balance: number, payout: number): Snapshot => ({
+      ...s,
+      tasks: [{ ...s.tasks[0]!, status: 'labelled' }],
+      ledger: [s.ledger[0]!, ...ledger],
+      projects: [{ projectId: P, pricePerTask: 100, balance }],
+      payouts: [{ annotatorId: 'ann', balance: payout }],
+    });
+    const credit = { projectId: P, taskId: 't1', attempt: 1, kind: 'credit', annotatorId: 'ann', amount: 100 } as const;
+    const debit = { projectId: P, taskId: 't1', attempt: 1, kind: 'debit', annotatorId: null, amount: 100 } as const;
+    expect(invariantsOf(inReview([credit], 1_000, 100))).toContain('BILLED_ONCE');
+    expect(invariantsOf(inReview([debit, debit, credit, credit], 800, 200))).toContain('BILLED_ONCE');
+    expect(invariantsOf(inReview([debit, credit], 900, 100))).not.toContain('BILLED_ONCE');
+  });
+
   it('catch a budget that does not equal top-ups minus debits plus refunds', () => {
     expect(invariantsOf({ ...healthy(), projects: [{ projectId: P, pricePerTask: 100, balance: 950 }] })).toEqual(['BUDGET_BALANCE']);
   });
