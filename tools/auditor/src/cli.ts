@@ -68,7 +68,7 @@ async function main(): Promise<number> {
       settleMs: ms('settle-ms'),
       stuckMs: ms('stuck-ms'),
       outboxMs: ms('outbox-ms'),
-      ...(args['no-kafka'] ? {} : { kafkaBrokers: (args['kafka-brokers'] ?? '').split(','), kafkaSecurity: kafkaSecurity(), deadLetterTopics: services.map((s) => `${args.prefix}.${s}.dlq`) }),
+      ...(args['no-kafka'] ? {} : { kafkaBrokers: (args['kafka-brokers'] ?? '').split(','), kafkaSecurity: kafkaSecurity(), deadLetterTopics: [...services, 'saga-monitor'].map((s) => `${args.prefix}.${s}.dlq`) }),
     });
     console.log(args.json ? JSON.stringify(report, null, 2) : formatReport(report));
     // Nothing to check passes every check: say so, in case these are not the databases meant.
