@@ -9,7 +9,7 @@ import { ServiceName } from '@labelflow/contracts';
 import { z } from 'zod';
 import { createKafka, kafkaSecurityFromEnv, type KafkaSecurity } from '@labelflow/messaging';
 import { createLogger } from '@labelflow/telemetry';
-import { findDeadLetter, listDeadLetters, replayDeadLetters, type DeadLetter } from './dead-letters';
+import { findDeadLetter, findDeadLetters, listDeadLetters, replayDeadLetters, type DeadLetter } from './dead-letters';
 
 const USAGE = 'usage: npm run dlq -- list|show|replay --service <task-svc|label-svc|qa-svc|billing-svc> [partition:offset ...] [--all] [--code CODE] [--limit N] [--json] [--prefix P]';
 
@@ -46,7 +46,7 @@ function security(): KafkaSecurity {
 }
 
 const summary = (l: DeadLetter) =>
-  `${l.id.padEnd(8)} ${l.code.padEnd(22)} ${(l.headers['event-type'] ?? '?').padEnd(18)} key=${l.key ?? '-'} from ${l.source ? `${l.source.topic} ${l.source.partition}:${l.source.offset}` : '?'} at ${l.failedAt ?? '?'}\n         ${l.reason.slice(0, 300)}`;
+  `${l.id.padEnd(8)} ${l.code.padEnd(22)} ${(l.headers['event-type'] ?? '?').padEnd(18)} key=${l.key ?? '-'} from ${l.source ? `${l.source.topic} ${l.source.partition}:${l.source.offset}` : '?'} at ${l.failedAt ?? '?'}${l.replayedFrom ? ` (a replay of ${l.replayedFrom})` : ''}\n         ${l.reason.slice(0, 300)}`;
 const full = (l: DeadLetter) => ({ ...l, value: l.value === null ? null : tryJson(l.value.toString('utf8')) });
 const tryJson = (s: string): unknown => {
   try {
@@ -86,7 +86,7 @@ async function main(): Promise<number> {
   if (args.all === ids.length > 0) fail('replay takes partition:offset ids, or --all (optionally with --code), not both');
   const letters = args.all
     ? (await listDeadLetters(kafka, topic)).filter((l) => args.code === undefined || l.code === args.code)
-    : await Promise.all(ids.map(async (id) => (await findDeadLetter(kafka, topic, id)) ?? id));
+    : await findDeadLetters(kafka, topic, ids);
   const missing = letters.filter((l): l is string => typeof l === 'string');
   for (const id of missing) process.stderr.write(`${topic} has no dead letter at ${id}\n`);
   const results = await replayDeadLetters(kafka, topic, letters.filter((l): l is DeadLetter => typeof l !== 'string'));

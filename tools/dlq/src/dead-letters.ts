@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { IHeaders, Kafka } from 'kafkajs';
 
 /** What the consumer loop writes on every dead letter (libs/messaging/src/dead-letter.ts). */
@@ -32,6 +33,8 @@ export interface DeadLetter {
   readonly failedAt: string | null;
   /** The dead-letter topic refused the value as too large: the original is read from its source. */
   readonly valueOmitted: boolean;
+  /** `<dlq topic>:<id>` when the message was itself a replay of that letter, and failed again. */
+  readonly replayedFrom: string | null;
 }
 
 /**
@@ -47,10 +50,18 @@ export function headerStrings(headers: IHeaders | undefined): Record<string, str
   return out;
 }
 
-function toDeadLetter(partition: number, message: { offset: string; key: Buffer | null; value: Buffer | null; headers?: IHeaders }): DeadLetter {
+/** Source coordinates the broker can be asked for, or none: headers are whatever the writer wrote. */
+function sourceOf(all: Readonly<Record<string, string>>): DeadLetter['source'] {
+  const topic = all[DlqHeaders.sourceTopic];
+  const partition = all[DlqHeaders.sourcePartition];
+  const offset = all[DlqHeaders.sourceOffset];
+  if (!topic || !/^[A-Za-z0-9._-]{1,249}$/.test(topic) || !partition || !/^\d{1,9}$/.test(partition) || !offset || !/^\d{1,19}$/.test(offset)) return null;
+  return { topic, partition: Number(partition), offset };
+}
+
+export function toDeadLetter(partition: number, message: { offset: string; key: Buffer | null; value: Buffer | null; headers?: IHeaders }): DeadLetter {
   const all = headerStrings(message.headers);
   const headers = Object.fromEntries(Object.entries(all).filter(([k]) => !k.startsWith('dlq-')));
-  const sourceTopic = all[DlqHeaders.sourceTopic];
   return {
     id: `${partition}:${message.offset}`,
     partition,
@@ -60,10 +71,11 @@ function toDeadLetter(partition: number, message: { offset: string; key: Buffer 
     headers,
     code: all[DlqHeaders.code] ?? 'UNKNOWN',
     reason: all[DlqHeaders.message] ?? '',
-    source: sourceTopic ? { topic: sourceTopic, partition: Number(all[DlqHeaders.sourcePartition]), offset: all[DlqHeaders.sourceOffset] ?? '' } : null,
+    source: sourceOf(all),
     group: all[DlqHeaders.group] ?? null,
     failedAt: all[DlqHeaders.failedAt] ?? null,
     valueOmitted: all[DlqHeaders.valueOmitted] !== undefined,
+    replayedFrom: all[REPLAYED_FROM_HEADER] ?? null,
   };
 }
 
@@ -75,7 +87,8 @@ function toDeadLetter(partition: number, message: { offset: string; key: Buffer 
 export async function readTopic(kafka: Kafka, topic: string, options: { partition?: number; fromOffset?: string; limit?: number } = {}): Promise<{ partition: number; message: { offset: string; key: Buffer | null; value: Buffer | null; headers?: IHeaders } }[]> {
   const admin = kafka.admin();
   await admin.connect();
-  const groupId = `labelflow-dlq-reader-${process.pid}-${Date.now()}`;
+  // Unique per read: two reads at once under one group would split the partitions between them.
+  const groupId = `labelflow-dlq-reader-${randomUUID()}`;
   const consumer = kafka.consumer({ groupId, allowAutoTopicCreation: false });
   try {
     const ends = (await admin.fetchTopicOffsets(topic)).filter((p) => options.partition === undefined || p.partition === options.partition);
@@ -123,50 +136,99 @@ export async function listDeadLetters(kafka: Kafka, dlqTopic: string, options: {
   return (await readTopic(kafka, dlqTopic, options)).map(({ partition, message }) => toDeadLetter(partition, message));
 }
 
+const LETTER_ID = /^(\d{1,9}):(\d{1,19})$/;
+
+function parseId(id: string): { partition: number; offset: string } {
+  const match = LETTER_ID.exec(id);
+  if (!match) throw new Error(`a dead letter is named partition:offset, e.g. 0:12; got ${JSON.stringify(id)}`);
+  return { partition: Number(match[1]), offset: match[2]! };
+}
+
 /** One dead letter by `partition:offset`, or undefined. */
 export async function findDeadLetter(kafka: Kafka, dlqTopic: string, id: string): Promise<DeadLetter | undefined> {
-  const match = /^(\d+):(\d+)$/.exec(id);
-  if (!match) throw new Error(`a dead letter is named partition:offset, e.g. 0:12; got ${JSON.stringify(id)}`);
-  const [, partition, offset] = match;
-  const [found] = await readTopic(kafka, dlqTopic, { partition: Number(partition), fromOffset: offset, limit: 1 });
+  const { partition, offset } = parseId(id);
+  const [found] = await readTopic(kafka, dlqTopic, { partition, fromOffset: offset, limit: 1 });
   return found && found.message.offset === offset ? toDeadLetter(found.partition, found.message) : undefined;
 }
 
+/**
+ * Several dead letters by id, from one read of the topic, in the topic's order (partition, then
+ * offset) whatever order they were named in, so a task's letters go back oldest first. An id the
+ * topic does not hold comes back as itself.
+ */
+export async function findDeadLetters(kafka: Kafka, dlqTopic: string, ids: readonly string[]): Promise<(DeadLetter | string)[]> {
+  for (const id of ids) parseId(id);
+  const byId = new Map((await listDeadLetters(kafka, dlqTopic)).map((l) => [l.id, l]));
+  const order = (id: string) => parseId(id);
+  return [...new Set(ids)]
+    .sort((a, b) => order(a).partition - order(b).partition || Number(BigInt(order(a).offset) - BigInt(order(b).offset)))
+    .map((id) => byId.get(id) ?? id);
+}
+
 export type ReplayResult = { readonly id: string; readonly ok: true; readonly topic: string } | { readonly id: string; readonly ok: false; readonly reason: string };
+
+/** Codes whose letters fail again whatever is fixed: their bytes are not an event anyone can read. */
+const UNREADABLE = new Set(['MESSAGING_DECODE_FAILED']);
+
+/**
+ * Which letters a replay sends, and why it leaves out the others:
+ * - a letter without usable source coordinates (not written by a labelflow consumer, or garbled);
+ * - a letter whose bytes cannot be read (`MESSAGING_DECODE_FAILED`): the same bytes fail again,
+ *   and every consumer of the source topic dead-letters another copy;
+ * - a letter that was replayed before and failed again: the newer letter (its `replayedFrom` names
+ *   this one) stands for it, so a repeated `replay --all` sends the message once, not once per try.
+ */
+export function planReplay(dlqTopic: string, letters: readonly DeadLetter[]): { readonly send: readonly DeadLetter[]; readonly refused: readonly ReplayResult[] } {
+  const retried = new Set(letters.flatMap((l) => (l.replayedFrom ? [l.replayedFrom] : [])));
+  const send: DeadLetter[] = [];
+  const refused: ReplayResult[] = [];
+  for (const letter of letters) {
+    if (!letter.source) refused.push({ id: letter.id, ok: false, reason: 'no usable dlq-source-topic, -partition and -offset headers: not written by a labelflow consumer' });
+    else if (UNREADABLE.has(letter.code)) refused.push({ id: letter.id, ok: false, reason: `${letter.code}: its bytes are not an event, and a replay would fail the same way in every consumer of ${letter.source.topic}` });
+    else if (retried.has(`${dlqTopic}:${letter.id}`)) refused.push({ id: letter.id, ok: false, reason: 'replayed before and dead-lettered again: the newer letter stands for it' });
+    else send.push(letter);
+  }
+  return { send, refused };
+}
 
 /**
  * Publishes each dead letter's original message (key, value, headers) to the topic it came from, so
  * the consumer that gave up on it applies it now (after a fix). Safe to repeat: the consumer's
  * exactly-once gate drops a message it already applied. A letter stored without its value (too
- * large for the dead-letter topic) is replayed from its source coordinates while the broker keeps them.
+ * large for the dead-letter topic) is replayed from its source coordinates while the broker keeps
+ * them. A letter that cannot be sent is reported and the others are still tried: the results say
+ * which went out.
  */
 export async function replayDeadLetters(kafka: Kafka, dlqTopic: string, letters: readonly DeadLetter[]): Promise<ReplayResult[]> {
+  const { send, refused } = planReplay(dlqTopic, letters);
+  const results: ReplayResult[] = [...refused];
+  if (send.length === 0) return results;
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
   await producer.connect();
   try {
-    const results: ReplayResult[] = [];
-    for (const letter of letters) {
-      if (!letter.source) {
-        results.push({ id: letter.id, ok: false, reason: 'no dlq-source-topic header: not written by a labelflow consumer' });
-        continue;
-      }
-      let { value, key, headers } = letter;
-      if (letter.valueOmitted) {
-        const [original] = await readTopic(kafka, letter.source.topic, { partition: letter.source.partition, fromOffset: letter.source.offset, limit: 1 });
-        if (!original || original.message.offset !== letter.source.offset) {
-          results.push({ id: letter.id, ok: false, reason: `its value was omitted and ${letter.source.topic} ${letter.source.partition}:${letter.source.offset} is no longer retained` });
-          continue;
+    for (const letter of send) {
+      const source = letter.source!;
+      try {
+        let { value, key, headers } = letter;
+        if (letter.valueOmitted) {
+          const [original] = await readTopic(kafka, source.topic, { partition: source.partition, fromOffset: source.offset, limit: 1 });
+          if (!original || original.message.offset !== source.offset) {
+            results.push({ id: letter.id, ok: false, reason: `its value was omitted and ${source.topic} ${source.partition}:${source.offset} is no longer retained` });
+            continue;
+          }
+          value = original.message.value;
+          key = original.message.key?.toString() ?? null;
+          headers = headerStrings(original.message.headers);
         }
-        value = original.message.value;
-        key = original.message.key?.toString() ?? null;
-        headers = headerStrings(original.message.headers);
+        await producer.send({
+          topic: source.topic,
+          acks: -1,
+          messages: [{ key, value, headers: { ...headers, [REPLAYED_FROM_HEADER]: `${dlqTopic}:${letter.id}` } }],
+        });
+        results.push({ id: letter.id, ok: true, topic: source.topic });
+      } catch (error) {
+        results.push({ id: letter.id, ok: false, reason: `not sent: ${(error as Error).message}` });
       }
-      await producer.send({
-        topic: letter.source.topic,
-        acks: -1,
-        messages: [{ key, value, headers: { ...headers, [REPLAYED_FROM_HEADER]: `${dlqTopic}:${letter.id}` } }],
-      });
-      results.push({ id: letter.id, ok: true, topic: letter.source.topic });
     }
     return results;
   } finally {
