@@ -1,7 +1,7 @@
 import { pgArray } from '@labelflow/plumbing';
 import type pg from 'pg';
 import { OutboxError, OutboxErrors } from './errors';
-import { endingRows, isTooLarge, pendingOf, take, type Pending } from './relay-batch';
+import { bundleFrameKeys, endingRows, isTooLarge, pendingOf, take, type Pending } from './relay-batch';
 import type { ReadRow, RowMarks } from './relay-rows';
 
 /** A drain that is caught up but keeps hearing NOTIFYs reads on for at most this long. */
@@ -86,21 +86,30 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     let messages = 0;
     let parked = first.parked;
     for (const [key, id] of Object.entries(parkedHere)) if (parked?.[key] === undefined) parked = { ...parked, [key]: id };
+    // A bundle set aside holds back every key it carries, from its id on, as the next reads will
+    // once its park commits: in this read too, or a later row of one of its other keys would go
+    // out ahead of that key's event inside the bundle.
+    const holdBack = (keys: Iterable<string>, id: string) => {
+      for (const key of keys) {
+        parkedHere[key] ??= id;
+        if (parked?.[key] === undefined) parked = { ...parked, [key]: id };
+      }
+    };
     for (const r of rows) {
       let entries: Pending[];
       try {
         entries = pendingOf({ id: r.id, topic: r.topic, key: r.message_key, payload: r.payload, headers: r.headers, messages: r.messages }, parked);
       } catch (error) {
         if (!(error instanceof OutboxError && error.code === OutboxErrors.ROW_INVALID)) throw error;
-        // A bundle that cannot be read would stop the relay at every read: parked instead, its
-        // first key holds its later rows back (in this drain through `parkedHere`, in later ones
-        // through the read's `parked`, once the park has committed).
+        // A bundle that cannot be read would stop the relay at every read: parked instead, every
+        // key its frames name holds its later rows back (in this drain through `parkedHere`, in
+        // later ones through the read's `parked`, once the park has committed).
         const row: Pending = { id: r.id, message: { topic: r.topic, key: r.message_key, value: '', headers: {} }, bytes: 0, held: true, ends: 1 };
         resolve([row], (rows) => rowMarks.parkUnreadable(rows, error));
-        parkedHere[r.message_key] ??= r.id;
-        if (parked?.[r.message_key] === undefined) parked = { ...parked, [r.message_key]: r.id };
+        holdBack([r.message_key, ...bundleFrameKeys(r.messages ?? '')], r.id);
         continue;
       }
+      if (r.messages !== null && entries[0]?.held) holdBack(entries.map((e) => e.message.key), r.id);
       for (const entry of entries) {
         bytes += entry.bytes;
         messages++;
