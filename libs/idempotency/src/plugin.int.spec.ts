@@ -236,6 +236,21 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     expect([replayed.status, replayed.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
   });
 
+  it('runs a corrected request under the key of one whose process died mid-command, as it would with Redis away: a lock proves nothing committed', async () => {
+    const { http } = await start({ lockMs: 60_000 });
+    const key = randomUUID();
+    const name = uniqueName('orphaned-fixed');
+    const { hold, first } = await orphaned(http, name, key);
+
+    const corrected = await post(http, { name: `${name}-fixed` }, key);
+    expect(corrected.status, JSON.stringify(corrected.body)).toBe(201);
+    expect([await effects(name), await effects(`${name}-fixed`)]).toEqual([0, 1]);
+    hold.release();
+    await first.catch(() => undefined);
+    // Now a record holds the key: the first body under it again is refused as a mismatch.
+    expect((await post(http, { name }, key)).status).toBe(422);
+  });
+
   it("gives the retry of a dead owner's request its whole lock budget for the command's own locks, not the short probe of the owner", async () => {
     const { http } = await start({ lockMs: 60_000 });
     const key = randomUUID();
