@@ -70,15 +70,17 @@ describe('saga failure scenarios', () => {
   };
 
   it('fails the task with PAYOUT_LIMIT_EXCEEDED when paying the annotator would pass the largest exact amount, compensates every service and dead-letters nothing', async () => {
-    const projectId = await createProject(stack, 10_000, 300);
     const annotator = 'ann-near-limit';
     const held = MAX - 100;
-    // The annotator was already paid almost the largest amount a balance can hold, with the ledger credit that explains it.
-    await rows(stack, 'billing-svc', `WITH credit AS (INSERT INTO ledger (project_id, kind, annotator_id, amount) VALUES ($1, 'credit', $2, $3)) INSERT INTO payouts (annotator_id, currency, balance) VALUES ($2, 'USD', $3)`, [
-      projectId,
-      annotator,
-      String(held),
-    ]);
+    // The annotator was already paid almost the largest amount a balance can hold, for one task of
+    // a project that pays that much: history the audit can account for, task by task.
+    const lucrative = await createProject(stack, held, held);
+    const paid = await createTask(stack, lucrative);
+    await claim(stack, paid, annotator);
+    await submitLabels(stack, paid, annotator);
+    await review(stack, paid, 'approve');
+    await waitForStatus(stack, paid, 'completed');
+    const projectId = await createProject(stack, 10_000, 300);
     const taskId = await createTask(stack, projectId);
     await claim(stack, taskId, annotator);
     await submitLabels(stack, taskId, annotator);
