@@ -36,6 +36,7 @@ describe('a mixed production run', () => {
       duplicates: 0.3,
       kafka: { brokers: infra.kafkaBrokers.split(','), topicPrefix: stack.prefix },
       timeoutMs: 240_000,
+      runTimeoutMs: 240_000,
       seed: 7,
       // billing-svc is only called to create the projects, so it can die and come back mid-run
       // without the simulated users noticing; its consumers must pick up where they were.

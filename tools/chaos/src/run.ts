@@ -175,6 +175,7 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
           duplicates: o.duplicates,
           kafka: { brokers: [privateInfra.kafka.brokers], topicPrefix: theStack.prefix },
           timeoutMs: loadBudget,
+          runTimeoutMs: loadBudget,
           deadlineExtensionMs: faultClock.elapsedMs,
           waitS: 10,
           seed: o.seed,

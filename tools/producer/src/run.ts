@@ -22,7 +22,14 @@ export interface ProductionOptions {
   /** Fraction of Kafka messages delivered a second time (needs `kafka`). */
   readonly duplicates: number;
   readonly kafka?: KafkaTarget;
+  /** How long one task may wait on its steps, from its start. */
   readonly timeoutMs: number;
+  /**
+   * A bound on the whole load too, from its start: no task waits past it. The chaos harness and
+   * the tests set it to what their own time limit leaves, so a saga stuck late in the load is
+   * reported as unexpected before that limit ends the run without a report. The CLI sets none.
+   */
+  readonly runTimeoutMs?: number;
   /**
    * How far the deadline has moved, read each time a scenario checks it. The chaos harness passes
    * how long its injected faults have lasted so far: a saga that waited out an outage it was made
@@ -112,8 +119,9 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
       ? await startDuplicator({ brokers: o.kafka.brokers, ...(o.kafka.security ? { security: o.kafka.security } : {}), topics: ['task', 'label', 'qa', 'billing'].map((t) => `${o.kafka?.topicPrefix}.${t}-events`), rate: o.duplicates, seed: o.seed })
       : undefined;
   let state = o.seed ^ 0x5bd1e995;
-  const deadlineAt = Date.now() + o.timeoutMs;
-  // The run's own deadline; each task runs under one of its own (below).
+  const deadlineAt = Date.now() + (o.runTimeoutMs ?? o.timeoutMs);
+  // The run's own deadline; each task runs under one of its own (below), never past this one when
+  // the caller bounds the run.
   const ctx: ScenarioContext = {
     services: (onRequest, actor) => services(actor, onRequest),
     cast,
@@ -133,7 +141,8 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
       Array.from({ length: Math.min(o.concurrency, o.tasks) }, async () => {
         while (next < o.tasks) {
           const i = next++;
-          runs.push(await runScenario(withTaskDeadline(ctx, Date.now(), o.timeoutMs, o.deadlineExtensionMs), scenarios[i] ?? Scenario.happy, i));
+          const task = withTaskDeadline(ctx, { startMs: Date.now(), timeoutMs: o.timeoutMs, ...(o.deadlineExtensionMs ? { extensionMs: o.deadlineExtensionMs } : {}), ...(o.runTimeoutMs === undefined ? {} : { runDeadline: () => ctx.deadline }) });
+          runs.push(await runScenario(task, scenarios[i] ?? Scenario.happy, i));
           o.onProgress?.(runs.length, o.tasks);
         }
       }),
@@ -171,15 +180,22 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
 }
 
 /**
- * The context of one task, with a deadline of its own: `timeoutMs` from its start, moved on as far
- * as `extensionMs` says. A run of thousands of tasks outlasts any one task's wait, and a deadline
- * of the whole run would turn every task after it into an error.
+ * The context of one task, with a deadline of its own: `timeoutMs` from its start, moved on by the
+ * extension granted since it started (faults before it began were not its to wait out), and never
+ * past `runDeadline` when the run is bounded. A run of thousands of tasks outlasts any one task's
+ * wait, and a deadline of the whole run alone would turn every task after it into an error.
  */
-export function withTaskDeadline(ctx: ScenarioContext, startMs: number, timeoutMs: number, extensionMs?: () => number): ScenarioContext {
+export function withTaskDeadline(
+  ctx: ScenarioContext,
+  task: { readonly startMs: number; readonly timeoutMs: number; readonly extensionMs?: () => number; readonly runDeadline?: () => number },
+): ScenarioContext {
+  const extension = task.extensionMs ?? (() => 0);
+  const grantedBefore = extension();
   return {
     ...ctx,
     get deadline() {
-      return startMs + timeoutMs + (extensionMs?.() ?? 0);
+      const own = task.startMs + task.timeoutMs + (extension() - grantedBefore);
+      return task.runDeadline ? Math.min(own, task.runDeadline()) : own;
     },
   };
 }
