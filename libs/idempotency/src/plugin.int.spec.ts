@@ -190,16 +190,19 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     expect(second.body).toMatchObject({ type: 'urn:labelflow:problem:idempotency-key-in-flight', status: 409, code: 'IDEMPOTENCY_KEY_IN_FLIGHT' });
     expect(second.body.title).toBeTruthy();
     expect(second.body.detail).toContain(key);
-    // A different body with the same key while in flight is a reuse, not a retry.
-    expect((await post(http, { name: `${name}-other` }, key)).status).toBe(422);
+    // A different body with the same key while in flight: in flight too (whose body the running
+    // request has is known only once it commits), and a reuse once it has.
+    expect((await post(http, { name: `${name}-other` }, key)).status).toBe(409);
 
     hold.release();
     expect((await first).status).toBe(201);
     const third = await post(http, { name }, key);
     expect(third.status).toBe(201);
     expect(third.headers.get('idempotent-replayed')).toBe('true');
+    expect((await post(http, { name: `${name}-other` }, key)).status).toBe(422);
     expect(await effects(name)).toBe(1);
-    expect(await outcome(metrics, 'in_flight')).toBe(1);
+    expect(await effects(`${name}-other`)).toBe(0);
+    expect(await outcome(metrics, 'in_flight')).toBe(2);
   });
 
   /**

@@ -117,8 +117,8 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     if (seen?.kind === 'locked') {
       // PostgreSQL is the authority: a lock left behind (finish failed) must not hide a committed
       // response. A lock of another body under this key is answered as a reuse only once its
-      // record or its live owner shows it: a lock its owner left (a release that failed, a
-      // process killed) would otherwise refuse a corrected request that Redis away would run.
+      // record shows it: a lock its owner left (a release that failed, a process killed) would
+      // otherwise refuse a corrected request that Redis away would run.
       const committed = await readIdempotencyKey(pool, scope, key, new Date(now()));
       if (committed) {
         await cache(committed);
@@ -128,11 +128,9 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
       // (a SIGKILL leaves the lock for lockMs). PostgreSQL tells them apart below: a live owner
       // holds the claimed row, and the claim then times out at once into the same 409; a dead
       // owner's transaction is gone with its connection, and this retry claims the key and runs,
-      // as it would with Redis away. For another body's live owner the timeout answers 422.
+      // as it would with Redis away.
     }
     const ownLock = seen?.kind === 'acquired';
-    // Another body's lock under this key: refused as a reuse while its owner lives, but only then.
-    const lockedByOther = seen?.kind === 'locked' && !same(seen.fingerprint);
     const waitMs = seen?.kind === 'locked' ? Math.min(lockMs, LIVE_OWNER_PROBE_MS) : lockMs;
     // Released even when `begin` failed or timed out: Redis may still have run it and set our lock,
     // which would answer the client's retry 409 for lockMs. The release is owner-checked.
@@ -146,7 +144,10 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
       run = await runKeyed(pool, command, bodyOf(request), { scope, key, fingerprint, now: new Date(createdAt), expiresAt, waitMs, commandWaitMs: lockMs });
     } catch (error) {
       await releaseLock();
-      if (error instanceof ClaimTimedOut && lockedByOther) return mismatch(reply, key);
+      // In flight whatever the lock's body: the live owner may not be the lock's (a request that
+      // claimed the key after the lock's owner died never took the lock), and a 422 to a retry of
+      // the live request would tell its client it failed while it commits. Once a record
+      // commits, a different body under the key gets its 422 from the record.
       if (error instanceof ClaimTimedOut) {
         count(IdempotencyOutcome.inFlight);
         return sendProblem(reply, IdempotencyErrors.KEY_IN_FLIGHT, `a request with Idempotency-Key ${key} is still being processed; retry later with the same key`);
