@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { expect } from 'vitest';
-import { formatReport, runAudit, type AuditReport } from '@labelflow/auditor';
+import { deadLetterTopicsOf, formatReport, runAudit, type AuditReport } from '@labelflow/auditor';
 import { serviceNames, type TestStack } from '@labelflow/testing';
 
 /** Runs the invariant auditor over a test stack's databases and dead-letter topics. */
@@ -14,7 +14,7 @@ export async function auditStack(stack: TestStack, kafkaBrokers: string, options
       stuckMs: options.stuckMs ?? 60_000,
       outboxMs: 60_000,
       kafkaBrokers: kafkaBrokers.split(','),
-      deadLetterTopics: serviceNames.map((name) => `${stack.prefix}.${name}.dlq`),
+      deadLetterTopics: deadLetterTopicsOf(stack.prefix),
     });
   } finally {
     await Promise.all(pools.map((p) => p.end()));

@@ -37,7 +37,9 @@ export const DEAD_LETTER_MAX_BYTES = 50_000_000;
 /** The error message a minimal letter keeps: it must stay small on a topic with a low limit. */
 const MINIMAL_REASON_CHARS = 200;
 const MAX_KEY_BYTES = 1_024;
-const KEPT_HEADERS: ReadonlySet<string> = new Set(['event-type', 'event-version']);
+// `dlq-replayed-from`: a replay that failed again names the letter it replays, which the dlq tool
+// then leaves out of the next replay; small, and lost without it.
+const KEPT_HEADERS: ReadonlySet<string> = new Set(['event-type', 'event-version', 'dlq-replayed-from']);
 
 const byteLength = (v: Buffer | string | null | undefined): number => (v == null ? 0 : typeof v === 'string' ? Buffer.byteLength(v) : v.length);
 const headerBytes = (headers: Readonly<Record<string, string>>): number => Object.entries(headers).reduce((n, [k, v]) => n + byteLength(k) + byteLength(v), 0);

@@ -63,10 +63,6 @@ function parseHeaders(id: string, text: string): Readonly<Record<string, string>
 }
 
 /**
- * A read row's messages, in order, each with its counted size. A row is held when any of its
- * messages' keys has a parked row before it: a bundle then waits whole, as a plain row would.
- */
-/**
  * The keys a bundle's frames name, read as the relay's SQL reads a parked bundle's (the third field
  * of each frame, '' where there is none): for a bundle that cannot be read whole, so that the keys
  * it holds back in this drain are the ones later reads will hold back.
@@ -75,6 +71,10 @@ export function bundleFrameKeys(text: string): string[] {
   return text.split(RS).map((frame) => frame.split(US)[2] ?? '');
 }
 
+/**
+ * A read row's messages, in order, each with its counted size. A row is held when any of its
+ * messages' keys has a parked row before it: a bundle then waits whole, as a plain row would.
+ */
 export function pendingOf(row: RowToSend, parked: ParkedKeys | null): Pending[] {
   const isHeld = (key: string) => {
     const first = parked?.[key];

@@ -6,7 +6,7 @@
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { kafkaSecurityFromEnv } from '@labelflow/messaging';
-import { formatReport, runAudit } from './index';
+import { deadLetterTopicsOf, formatReport, runAudit } from './index';
 
 const usage = `usage: npm run audit -- [--json] [--prefix P] [--db-suffix S] [--pg-url URL] [--kafka-brokers B] [--no-kafka]
   [--settle-ms 30000] [--stuck-ms 60000] [--outbox-ms 60000]
@@ -68,7 +68,7 @@ async function main(): Promise<number> {
       settleMs: ms('settle-ms'),
       stuckMs: ms('stuck-ms'),
       outboxMs: ms('outbox-ms'),
-      ...(args['no-kafka'] ? {} : { kafkaBrokers: (args['kafka-brokers'] ?? '').split(','), kafkaSecurity: kafkaSecurity(), deadLetterTopics: [...services, 'saga-monitor'].map((s) => `${args.prefix}.${s}.dlq`) }),
+      ...(args['no-kafka'] ? {} : { kafkaBrokers: (args['kafka-brokers'] ?? '').split(','), kafkaSecurity: kafkaSecurity(), deadLetterTopics: deadLetterTopicsOf(args.prefix) }),
     });
     console.log(args.json ? JSON.stringify(report, null, 2) : formatReport(report));
     // Nothing to check passes every check: say so, in case these are not the databases meant.

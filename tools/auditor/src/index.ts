@@ -18,6 +18,13 @@ export interface AuditRun extends Partial<AuditOptions> {
   readonly kafkaSecurity?: KafkaSecurity;
 }
 
+/**
+ * The dead-letter topics an audit lists: the four services' and the saga monitor's (an event it
+ * could not record is missing from a timeline). One list for the CLI, the producer, chaos and the
+ * tests, so none of them looks at fewer.
+ */
+export const deadLetterTopicsOf = (prefix: string): string[] => ['task-svc', 'label-svc', 'qa-svc', 'billing-svc', 'saga-monitor'].map((service) => `${prefix}.${service}.dlq`);
+
 /** Runs the audit: one snapshot, every invariant, the dead letters listed. */
 export async function runAudit(run: AuditRun): Promise<AuditReport> {
   const now = run.now ?? new Date();

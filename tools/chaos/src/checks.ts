@@ -1,6 +1,6 @@
 import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
-import { runAudit, type AuditReport, type Sources } from '@labelflow/auditor';
+import { deadLetterTopicsOf, runAudit, type AuditReport, type Sources } from '@labelflow/auditor';
 import { topicName, topicOf, type EventType, type ServiceName, type TopicKey } from '@labelflow/contracts';
 import { serviceOrder } from './schedule';
 
@@ -57,7 +57,7 @@ export async function auditSnapshot(databases: Readonly<Record<ServiceName, stri
       stuckMs: 60_000,
       outboxMs: 60_000,
       kafkaBrokers: kafkaBrokers.split(','),
-      deadLetterTopics: serviceOrder.map((name) => `${prefix}.${name}.dlq`),
+      deadLetterTopics: deadLetterTopicsOf(prefix),
     });
   } finally {
     await Promise.all(Object.values(pools).map((p) => p.end().catch(() => undefined)));

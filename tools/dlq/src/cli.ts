@@ -84,15 +84,17 @@ async function main(): Promise<number> {
     return 0;
   }
   if (args.all === ids.length > 0) fail('replay takes partition:offset ids, or --all (optionally with --code), not both');
-  const letters = args.all
-    ? (await listDeadLetters(kafka, topic)).filter((l) => args.code === undefined || l.code === args.code)
+  const everyLetter = args.all ? await listDeadLetters(kafka, topic) : undefined;
+  const { found: letters, topic: listed } = everyLetter
+    ? { found: everyLetter.filter((l) => args.code === undefined || l.code === args.code), topic: everyLetter }
     : await findDeadLetters(kafka, topic, ids);
   const missing = letters.filter((l): l is string => typeof l === 'string');
   for (const id of missing) process.stderr.write(`${topic} has no dead letter at ${id}\n`);
-  const results = await replayDeadLetters(kafka, topic, letters.filter((l): l is DeadLetter => typeof l !== 'string'));
-  for (const r of results) process.stdout.write(r.ok ? `replayed ${r.id} to ${r.topic}\n` : `not replayed ${r.id}: ${r.reason}\n`);
+  const results = await replayDeadLetters(kafka, topic, letters.filter((l): l is DeadLetter => typeof l !== 'string'), listed);
+  for (const r of results) process.stdout.write(r.ok ? `replayed ${r.id} to ${r.topic}\n` : `${r.skipped ? 'skipped' : 'not replayed'} ${r.id}: ${r.reason}\n`);
   process.stdout.write(`${results.filter((r) => r.ok).length} replayed; the consumer's exactly-once gate drops any it had already applied\n`);
-  return missing.length > 0 || results.some((r) => !r.ok) ? 1 : 0;
+  // Left out on purpose is no failure: a second `replay --all` over the same topic exits 0.
+  return missing.length > 0 || results.some((r) => !r.ok && !r.skipped) ? 1 : 0;
 }
 
 main().then(

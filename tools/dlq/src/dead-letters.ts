@@ -154,38 +154,52 @@ export async function findDeadLetter(kafka: Kafka, dlqTopic: string, id: string)
 /**
  * Several dead letters by id, from one read of the topic, in the topic's order (partition, then
  * offset) whatever order they were named in, so a task's letters go back oldest first. An id the
- * topic does not hold comes back as itself.
+ * topic does not hold comes back as itself. With every letter of the topic, for planReplay.
  */
-export async function findDeadLetters(kafka: Kafka, dlqTopic: string, ids: readonly string[]): Promise<(DeadLetter | string)[]> {
+export async function findDeadLetters(kafka: Kafka, dlqTopic: string, ids: readonly string[]): Promise<{ readonly found: (DeadLetter | string)[]; readonly topic: readonly DeadLetter[] }> {
   for (const id of ids) parseId(id);
-  const byId = new Map((await listDeadLetters(kafka, dlqTopic)).map((l) => [l.id, l]));
+  const topic = await listDeadLetters(kafka, dlqTopic);
+  const byId = new Map(topic.map((l) => [l.id, l]));
   const order = (id: string) => parseId(id);
-  return [...new Set(ids)]
+  const found = [...new Set(ids)]
     .sort((a, b) => order(a).partition - order(b).partition || Number(BigInt(order(a).offset) - BigInt(order(b).offset)))
     .map((id) => byId.get(id) ?? id);
+  return { found, topic };
 }
 
-export type ReplayResult = { readonly id: string; readonly ok: true; readonly topic: string } | { readonly id: string; readonly ok: false; readonly reason: string };
+/**
+ * A replay's answer per letter. `skipped`: left out on purpose (see planReplay), which is no
+ * failure of the replay; otherwise not sent for a reason the operator must look at.
+ */
+export type ReplayResult =
+  | { readonly id: string; readonly ok: true; readonly topic: string }
+  | { readonly id: string; readonly ok: false; readonly reason: string; readonly skipped?: true };
 
-/** Codes whose letters fail again whatever is fixed: their bytes are not an event anyone can read. */
-const UNREADABLE = new Set(['MESSAGING_DECODE_FAILED']);
+/**
+ * Letters that fail again whatever is fixed: bytes that are no event (empty, not JSON). A decode
+ * failure for another reason (`message could not be read: …`, a throw in the consumer's own
+ * reading) is a bug an upgrade can fix, and is replayed.
+ */
+const unreadable = (letter: DeadLetter): boolean => letter.code === 'MESSAGING_DECODE_FAILED' && /^(value is not JSON|empty message value)/.test(letter.reason);
 
 /**
  * Which letters a replay sends, and why it leaves out the others:
  * - a letter without usable source coordinates (not written by a labelflow consumer, or garbled);
- * - a letter whose bytes cannot be read (`MESSAGING_DECODE_FAILED`): the same bytes fail again,
- *   and every consumer of the source topic dead-letters another copy;
+ * - a letter whose bytes are not an event (empty, not JSON): the same bytes fail again, and every
+ *   consumer of the source topic dead-letters another copy;
  * - a letter that was replayed before and failed again: the newer letter (its `replayedFrom` names
  *   this one) stands for it, so a repeated `replay --all` sends the message once, not once per try.
+ *   `topic` is every letter of the topic, so that a newer letter left out of the selection (another
+ *   code) still stands for the one selected.
  */
-export function planReplay(dlqTopic: string, letters: readonly DeadLetter[]): { readonly send: readonly DeadLetter[]; readonly refused: readonly ReplayResult[] } {
-  const retried = new Set(letters.flatMap((l) => (l.replayedFrom ? [l.replayedFrom] : [])));
+export function planReplay(dlqTopic: string, letters: readonly DeadLetter[], topic: readonly DeadLetter[] = letters): { readonly send: readonly DeadLetter[]; readonly refused: readonly ReplayResult[] } {
+  const retried = new Set(topic.flatMap((l) => (l.replayedFrom ? [l.replayedFrom] : [])));
   const send: DeadLetter[] = [];
   const refused: ReplayResult[] = [];
   for (const letter of letters) {
     if (!letter.source) refused.push({ id: letter.id, ok: false, reason: 'no usable dlq-source-topic, -partition and -offset headers: not written by a labelflow consumer' });
-    else if (UNREADABLE.has(letter.code)) refused.push({ id: letter.id, ok: false, reason: `${letter.code}: its bytes are not an event, and a replay would fail the same way in every consumer of ${letter.source.topic}` });
-    else if (retried.has(`${dlqTopic}:${letter.id}`)) refused.push({ id: letter.id, ok: false, reason: 'replayed before and dead-lettered again: the newer letter stands for it' });
+    else if (unreadable(letter)) refused.push({ id: letter.id, ok: false, skipped: true, reason: `${letter.code}: its bytes are not an event, and a replay would fail the same way in every consumer of ${letter.source.topic}` });
+    else if (retried.has(`${dlqTopic}:${letter.id}`)) refused.push({ id: letter.id, ok: false, skipped: true, reason: 'replayed before and dead-lettered again: the newer letter stands for it' });
     else send.push(letter);
   }
   return { send, refused };
@@ -199,8 +213,8 @@ export function planReplay(dlqTopic: string, letters: readonly DeadLetter[]): { 
  * them. A letter that cannot be sent is reported and the others are still tried: the results say
  * which went out.
  */
-export async function replayDeadLetters(kafka: Kafka, dlqTopic: string, letters: readonly DeadLetter[]): Promise<ReplayResult[]> {
-  const { send, refused } = planReplay(dlqTopic, letters);
+export async function replayDeadLetters(kafka: Kafka, dlqTopic: string, letters: readonly DeadLetter[], topic: readonly DeadLetter[] = letters): Promise<ReplayResult[]> {
+  const { send, refused } = planReplay(dlqTopic, letters, topic);
   const results: ReplayResult[] = [...refused];
   if (send.length === 0) return results;
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });

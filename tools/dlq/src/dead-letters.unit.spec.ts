@@ -37,11 +37,22 @@ describe('a replay, planned', () => {
   it('sends a letter once when an earlier replay of it failed again, refuses what cannot be read or has no source, and keeps the rest', () => {
     const original = letterAt(1);
     const again = letterAt(7, { 'dlq-replayed-from': `${dlq}:0:1` });
-    const unreadable = letterAt(8, { 'dlq-error-code': 'MESSAGING_DECODE_FAILED' });
+    const unreadable = letterAt(8, { 'dlq-error-code': 'MESSAGING_DECODE_FAILED', 'dlq-error-message': "value is not JSON: Unexpected token 'x'" });
     const foreign = letterAt(9, { 'dlq-source-topic': '' });
     const { send, refused } = planReplay(dlq, [original, again, unreadable, foreign]);
     expect(send.map((l) => l.id)).toEqual(['0:7']);
-    expect(refused.map((r) => r.id)).toEqual(['0:1', '0:8', '0:9']);
+    expect(refused.map((r) => [r.id, 'skipped' in r && r.skipped === true])).toEqual([['0:1', true], ['0:8', true], ['0:9', false]]);
+  });
+
+  it('replays a letter the consumer could not read for a reason of its own, which an upgrade can fix', () => {
+    const buggy = letterAt(3, { 'dlq-error-code': 'MESSAGING_DECODE_FAILED', 'dlq-error-message': 'message could not be read: Cannot read properties of undefined' });
+    expect(planReplay(dlq, [buggy]).send).toEqual([buggy]);
+  });
+
+  it('leaves out a letter a newer one replays, though the newer one is not selected (another code)', () => {
+    const original = letterAt(1);
+    const again = letterAt(7, { 'dlq-replayed-from': `${dlq}:0:1`, 'dlq-error-code': 'MESSAGING_SCHEMA_INVALID' });
+    expect(planReplay(dlq, [original], [original, again]).send).toEqual([]);
   });
 });
 

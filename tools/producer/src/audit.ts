@@ -1,6 +1,6 @@
 // The invariant audit every produce run ends with, over the four services' databases.
 import pg from 'pg';
-import { runAudit, type AuditReport } from '@labelflow/auditor';
+import { deadLetterTopicsOf, runAudit, type AuditReport } from '@labelflow/auditor';
 import type { KafkaSecurity } from '@labelflow/messaging';
 
 export interface AuditTarget {
@@ -27,7 +27,7 @@ export async function auditRun(t: AuditTarget): Promise<AuditReport> {
         settleMs: 0,
         kafkaBrokers: [...t.kafkaBrokers],
         ...(t.kafkaSecurity ? { kafkaSecurity: t.kafkaSecurity } : {}),
-        deadLetterTopics: ['task-svc', 'label-svc', 'qa-svc', 'billing-svc'].map((s) => `${t.prefix}.${s}.dlq`),
+        deadLetterTopics: deadLetterTopicsOf(t.prefix),
       });
       if (report.ok || Date.now() > until) return report;
     }
