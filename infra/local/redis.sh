@@ -157,7 +157,7 @@ cmd_stop_started() {
   fi
   INST_PORT="$REDIS_PORT"
   INST_MODE="nosave"
-  INST_DIR="$(sed -n 's/.*dir=\([^ ]*\).*/\1/p' "$STARTED_DIR/$STARTED_NAME")"
+  INST_DIR="$(sed -n 's/.* dir=\(.*\)$/\1/p' "$STARTED_DIR/$STARTED_NAME")" # last field: may hold spaces
   INST_DIR="${INST_DIR:-$LOCAL_DIR/redis-$REDIS_PORT}"
   stop_instance
   unmark_started "$STARTED_NAME"
