@@ -173,7 +173,7 @@ describe('authentication, project roles and tenant isolation', () => {
     expectStatus(asBob, 403, 'ACTOR_MISMATCH');
   });
 
-  it('never lets an annotator review labels she submitted, for any attempt of the task, nor the reviewer who rejected an attempt claim its rework', async () => {
+  it('never lets an annotator review labels she submitted, for any attempt of the task, nor the reviewer who rejected an attempt, or anyone else who could read its labels, claim its rework', async () => {
     const taskId = await createTask(own);
     const both: TestIdentity = { user: 'eve', projects: { [own]: ['annotator', 'reviewer'] } };
     expectStatus(await http('task-svc', both).post(`/tasks/${taskId}/claim`, {}), 200);
@@ -187,6 +187,12 @@ describe('authentication, project roles and tenant isolation', () => {
     // rita turned attempt 1 down: holding the annotator role too, she still may not redo it.
     const ritaAlsoAnnotator: TestIdentity = { user: 'rita', projects: { [own]: ['reviewer', 'annotator'] } };
     expectStatus(await http('task-svc', ritaAlsoAnnotator).post(`/tasks/${taskId}/claim`, {}), 403, 'FORMER_REVIEWER');
+    // Nor may anyone who could read attempt 1's labels without judging them: another reviewer, or a
+    // manager (the labels read, the timeline), who also holds the annotator role.
+    for (const roles of [['reviewer', 'annotator'], ['manager', 'annotator']] as const) {
+      const reader: TestIdentity = { user: `reader-${roles[0]}`, projects: { [own]: [...roles] } };
+      expectStatus(await http('task-svc', reader).post(`/tasks/${taskId}/claim`, {}), 403, 'MAY_READ_EARLIER_WORK');
+    }
     expectStatus(await http('task-svc', as.annotator('frank', own)).post(`/tasks/${taskId}/claim`, {}), 200);
     await eventually(async () => expect((await http('label-svc', admin).get<{ assignment: { attempt: number } }>(`/tasks/${taskId}/labels`)).body.assignment.attempt).toBe(2));
     expectStatus(await http('label-svc', as.annotator('frank', own)).post(`/tasks/${taskId}/labels`, { annotations: [{ label: 'cat' }] }, wait), 201);

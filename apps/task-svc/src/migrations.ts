@@ -93,4 +93,12 @@ CREATE TABLE imports (
     // claim the rework, as before.
     sql: `ALTER TABLE tasks ADD COLUMN rejected_by text[] NOT NULL DEFAULT '{}';`,
   },
+  {
+    version: 8,
+    name: 'whether an attempt of the task was labelled',
+    // Rows from before it cannot tell why they were reopened: every task past its first attempt, or
+    // labelled, counts as labelled, so no reviewer-annotator claims rework whose labels they could read.
+    sql: `ALTER TABLE tasks ADD COLUMN work_submitted boolean NOT NULL DEFAULT false;
+UPDATE tasks SET work_submitted = true WHERE attempt > 1 OR status IN ('labelled', 'in_review', 'approved', 'completed', 'failed');`,
+  },
 ];

@@ -105,6 +105,12 @@ function decideReview(command: Extract<ReviewCommand, { type: 'DecideReview' }>,
   }
   const closed = undecidable(review);
   if (closed) return closed;
+  // Who held the attempts before this one is learnt from the reopen that began it (TaskReopened, on
+  // the task topic), which can lag behind this attempt's labels (on the label topic): until it is
+  // here the four-eyes check below could pass a former holder, so the review is not open yet.
+  if (review.attempt > 1 && state.reopenedAttempt < review.attempt) {
+    return reject('REVIEW_NOT_FOUND', `the review of attempt ${review.attempt} of task ${command.taskId} opens to decisions once the task's reopen to attempt ${review.attempt} reaches qa-svc (not yet)`);
+  }
   // Four eyes: whoever labelled or held any attempt of the task never judges it, not even a later attempt.
   if (workedOn(state, String(command.reviewerId))) {
     return reject('SELF_REVIEW', `${command.reviewerId} labelled this task and may not review it`);

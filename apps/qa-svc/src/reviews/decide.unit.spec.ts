@@ -105,7 +105,7 @@ describe('qa-svc: reviewing a reworked task', () => {
   });
 
   it('passes attempt 2 and leaves the rejection of attempt 1 on record', () => {
-    const { decision, state } = when(given(opened(1), qaRejected(1), opened(2, bob)), approve());
+    const { decision, state } = when(given(opened(1), qaRejected(1), taskReopened(2), opened(2, bob)), approve());
 
     expect(decision).toEqual({ ok: true, events: [qaPassed(2, bob)] });
     expect(statuses(state)).toEqual([
@@ -153,7 +153,7 @@ describe('qa-svc: deciding reviews', () => {
   });
 
   it('decides the latest attempt once attempt 2 is under review', () => {
-    expect(decide(approve(), given(opened(1), qaRejected(1), opened(2)))).toEqual({ ok: true, events: [qaPassed(2)] });
+    expect(decide(approve(), given(opened(1), qaRejected(1), taskReopened(2), opened(2)))).toEqual({ ok: true, events: [qaPassed(2)] });
   });
 
   it('refuses the annotator of the attempt under review as its reviewer with SELF_REVIEW', () => {
@@ -164,12 +164,25 @@ describe('qa-svc: deciding reviews', () => {
 
   it('refuses a reviewer who labelled an earlier attempt of the task with SELF_REVIEW, and lets another reviewer decide it', () => {
     // alice labelled attempt 1, which rev-1 rejected; bob labelled attempt 2.
-    const state = given(opened(1), qaRejected(1), opened(2, bob));
+    const state = given(opened(1), qaRejected(1), taskReopened(2), opened(2, bob));
     const asAlice = (decision: 'approve' | 'reject'): ReviewCommand => ({ type: 'DecideReview', taskId, reviewerId: String(alice) as ReviewerId, decision, reason: 'looks wrong' });
 
     expect(rejectionCode(decide(asAlice('approve'), state))).toBe('SELF_REVIEW');
     expect(rejectionCode(decide(asAlice('reject'), state))).toBe('SELF_REVIEW');
     expect(decide(approve(), state)).toEqual({ ok: true, events: [qaPassed(2, bob)] });
+  });
+
+  it('answers REVIEW_NOT_FOUND (not yet) to a decision on attempt 2 until the reopen that began it has come, so a former holder is known before anyone judges it', () => {
+    // bob let his lease on attempt 1 run out; alice labelled attempt 2, whose labels overtook the reopen.
+    const leaseExpired: EventDraft<TaskReopened> = { ...taskReopened(2), payload: { reason: 'LEASE_EXPIRED', previousAttempt: 1, previousAnnotatorId: bob } };
+    const labelsFirst = given(opened(2, alice));
+    const asBob: ReviewCommand = { type: 'DecideReview', taskId, reviewerId: String(bob) as ReviewerId, decision: 'approve' };
+
+    expect(decide(asBob, labelsFirst)).toMatchObject({ ok: false, reason: { code: 'REVIEW_NOT_FOUND', message: expect.stringContaining('not yet') } });
+    expect(rejectionCode(decide(approve(), labelsFirst))).toBe('REVIEW_NOT_FOUND');
+    const { state } = when(labelsFirst, observe(leaseExpired));
+    expect(rejectionCode(decide(asBob, state))).toBe('SELF_REVIEW');
+    expect(decide(approve(), state)).toEqual({ ok: true, events: [qaPassed(2, alice)] });
   });
 
   it('refuses with SELF_REVIEW the holder of an attempt whose labels a model submitted, and lets another reviewer decide it', () => {

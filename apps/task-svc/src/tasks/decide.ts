@@ -5,7 +5,15 @@ import { statusRank, TaskStatus, type ObservedEvent, type TaskState } from './st
 
 export type TaskCommand =
   | { readonly type: 'CreateTask'; readonly taskId: TaskId; readonly projectId: ProjectId; readonly title: string; readonly dataUri: string; readonly taskNumber?: string; readonly createdBy?: string }
-  | { readonly type: 'ClaimTask'; readonly taskId: TaskId; readonly annotatorId: AnnotatorId; readonly now: Date; readonly leaseMs: number }
+  | {
+      readonly type: 'ClaimTask';
+      readonly taskId: TaskId;
+      readonly annotatorId: AnnotatorId;
+      readonly now: Date;
+      readonly leaseMs: number;
+      /** Whether the claimant's roles let them read other people's labels of the task (review.decide, people.read). */
+      readonly readsOthersWork?: boolean;
+    }
   | { readonly type: 'ExpireLease'; readonly taskId: TaskId; readonly now: Date; readonly graceMs: number }
   | { readonly type: 'CancelTask'; readonly taskId: TaskId; readonly reason: string; readonly cancelledBy: string }
   | { readonly type: 'Observe'; readonly event: ObservedEvent };
@@ -21,6 +29,7 @@ export const TaskRejections = {
   NOT_BILLABLE: 'NOT_BILLABLE',
   MACHINE_ACTOR_RESERVED: 'MACHINE_ACTOR_RESERVED',
   FORMER_REVIEWER: 'FORMER_REVIEWER',
+  MAY_READ_EARLIER_WORK: 'MAY_READ_EARLIER_WORK',
 } as const;
 export type TaskRejection = Rejection<(typeof TaskRejections)[keyof typeof TaskRejections]>;
 export type TaskDecision = Decision<EventDraft<TaskEvent>, TaskRejection>;
@@ -56,6 +65,11 @@ export function decide(command: TaskCommand, state: TaskState | null): TaskDecis
       // never does the rework, which they could copy from the rejected labels and be paid for.
       if (state.rejectedBy.includes(command.annotatorId)) {
         return reject('FORMER_REVIEWER', `${command.annotatorId} rejected an earlier attempt of this task and may not claim it`);
+      }
+      // The same for whoever could read an earlier attempt's labels without rejecting them: a
+      // reviewer who sat on a review until it timed out, a manager on the timeline.
+      if (command.readsOthersWork === true && state.workSubmitted) {
+        return reject('MAY_READ_EARLIER_WORK', `${command.annotatorId} may read the labels of an earlier attempt of this task (as its reviewer, manager or owner) and may not claim its rework`);
       }
       const leaseExpiresAt = new Date(command.now.getTime() + command.leaseMs).toISOString();
       return accept({ type: 'TaskAssigned', version: 1, taskId: state.taskId, projectId: state.projectId, attempt: state.attempt, payload: { annotatorId: command.annotatorId, leaseExpiresAt } });

@@ -32,10 +32,10 @@ const billingCompleted = (attempt = 1, annotatorId: AnnotatorId = alice): EventD
   type: 'BillingCompleted',
   payload: { annotatorId, amount: 500 },
 });
-const taskReopened = (attempt: number, previousAnnotatorId: AnnotatorId | null = alice): EventDraft<TaskReopened> => ({
+const taskReopened = (attempt: number, previousAnnotatorId: AnnotatorId | null = alice, reason: TaskReopened['payload']['reason'] = 'QA_REJECTED'): EventDraft<TaskReopened> => ({
   ...envelope(attempt),
   type: 'TaskReopened',
-  payload: { reason: 'QA_REJECTED', previousAttempt: attempt - 1, previousAnnotatorId },
+  payload: { reason, previousAttempt: attempt - 1, previousAnnotatorId },
 });
 const taskCompleted = (attempt = 1, annotatorId: AnnotatorId = alice): EventDraft<TaskCompleted> => ({ ...envelope(attempt), type: 'TaskCompleted', payload: { annotatorId } });
 
@@ -78,6 +78,29 @@ describe('task-svc: claiming a task', () => {
 
     expect(decision).toMatchObject({ ok: false, reason: { code: 'FORMER_REVIEWER' } });
     expect(decide(claim(bob), reopenedAfterRejection)).toEqual({ ok: true, events: [taskAssigned(bob, 2)] });
+  });
+
+  it('refuses the rework to whoever may read the labels of an earlier attempt (a reviewer who let the review time out, a manager), with MAY_READ_EARLIER_WORK', () => {
+    const reopenedAfterTimeout = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted(), taskReopened(2, alice, 'QA_TIMED_OUT'));
+    const readerClaims = { ...claim(bob), readsOthersWork: true } as TaskCommand;
+
+    expect(decide(readerClaims, reopenedAfterTimeout)).toMatchObject({ ok: false, reason: { code: 'MAY_READ_EARLIER_WORK' } });
+    expect(decide(claim(bob), reopenedAfterTimeout)).toEqual({ ok: true, events: [taskAssigned(bob, 2)] });
+    // The reopen alone tells of labelled work when its LabelSubmitted has not reached task-svc.
+    const verdictFirst = given(taskCreated(), taskAssigned(alice), taskReopened(2, alice, 'QA_TIMED_OUT'));
+    expect(decide(readerClaims, verdictFirst)).toMatchObject({ ok: false, reason: { code: 'MAY_READ_EARLIER_WORK' } });
+    expect(decide(readerClaims, given(taskCreated(), taskAssigned(alice), taskReopened(2, alice, 'QA_REJECTED')))).toMatchObject({ ok: false, reason: { code: 'MAY_READ_EARLIER_WORK' } });
+  });
+
+  it('lets a reviewer-annotator claim a first attempt, and the rework of an attempt whose lease expired unlabelled', () => {
+    const readerClaims = (annotatorId: AnnotatorId) => ({ ...claim(annotatorId), readsOthersWork: true }) as TaskCommand;
+
+    expect(decide(readerClaims(bob), given(taskCreated()))).toEqual({ ok: true, events: [taskAssigned(bob)] });
+    const reopenedByLease = given(taskCreated(), taskAssigned(alice), taskReopened(2, alice, 'LEASE_EXPIRED'));
+    expect(reopenedByLease).toMatchObject({ workSubmitted: false });
+    expect(decide(readerClaims(bob), reopenedByLease)).toEqual({ ok: true, events: [taskAssigned(bob, 2)] });
+    // Labels of an attempt already reopened are stale and show nothing new to task-svc.
+    expect(decide(observe(labelSubmitted(1)), reopenedByLease)).toMatchObject({ ok: false, reason: { code: 'STALE_ATTEMPT' } });
   });
 
   it('remembers the rejecting reviewer when QA rejects through the consumer, and one whose rejection of an earlier attempt comes late, but none of a later attempt', () => {

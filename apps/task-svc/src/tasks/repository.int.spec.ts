@@ -160,6 +160,7 @@ describe('task-svc task repository', () => {
     leaseExpiresAt: null,
     reason: null,
     rejectedBy: [],
+    workSubmitted: false,
     version: 1,
     ...over,
   });
@@ -195,6 +196,18 @@ describe('task-svc task repository', () => {
     expect(await loadTask(pool, task.taskId)).toMatchObject({ attempt: 2, rejectedBy: ['rev-1', 'rev.2@example.org'], version: 2 });
     await saveTask(pool, { ...reopened, rejectedBy: [] }, 2);
     expect((await loadTask(pool, task.taskId))?.rejectedBy).toEqual([]);
+  });
+
+  it('keeps whether an attempt was labelled through a single save and a batch save', async () => {
+    const task = await created();
+    expect((await loadTask(pool, task.taskId))?.workSubmitted).toBe(false);
+    const labelled = { ...task, status: 'labelled' as const, workSubmitted: true };
+    await withTransaction(pool, (tx) => saveTasks(tx, [{ before: task, after: labelled }]));
+    expect(await loadTask(pool, task.taskId)).toMatchObject({ workSubmitted: true, version: 2 });
+    await saveTask(pool, { ...labelled, workSubmitted: false }, 2);
+    expect((await loadTask(pool, task.taskId))?.workSubmitted).toBe(false);
+    const created2 = await created({ workSubmitted: true });
+    expect((await loadTask(pool, created2.taskId))?.workSubmitted).toBe(true);
   });
 
   it('refuses a save from a version that is no longer current with a retriable CONCURRENT_UPDATE, writing nothing', async () => {

@@ -41,6 +41,7 @@ const statusFor: Record<TaskRejection['code'], number> = {
   LEASE_NOT_DUE: 409,
   MACHINE_ACTOR_RESERVED: 403,
   FORMER_REVIEWER: 403,
+  MAY_READ_EARLIER_WORK: 403,
   NOT_BILLABLE: 409, TASK_EXISTS: 409, TASK_NOT_FOUND: 404, TASK_NOT_CLAIMABLE: 409, STALE_ATTEMPT: 409, TASK_NOT_REOPENABLE: 409 };
 
 const taskNotFound = (taskId: string) => ({ code: 'TASK_NOT_FOUND', message: `task ${taskId} does not exist` });
@@ -124,13 +125,15 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
   app.post('/tasks/:taskId/claim', async (request) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
     const body = parseInput(ClaimBody, request.body);
-    await authorizedTask(ctx, request, taskId, Permission.taskClaim);
+    const task = await authorizedTask(ctx, request, taskId, Permission.taskClaim);
     actorMustBeCaller(request, body?.annotatorId, 'annotatorId');
     const annotatorId = request.principal.subject as AnnotatorId;
+    // The rights that show other people's labels of the task (label-svc's labels read, the timeline).
+    const readsOthersWork = can(request.principal, Permission.reviewDecide, task.projectId) || can(request.principal, Permission.peopleRead, task.projectId);
     // The clock is read once the key is claimed, not before a wait on Redis or on the key: the
     // lease runs from when the claim is decided.
     // No body, `{}` and the caller's own annotatorId are one claim.
-    return run(request, { input: { taskId, annotatorId } }, async () => ({ type: 'ClaimTask', taskId, annotatorId, now: ctx.now(), leaseMs: ctx.config.ASSIGNMENT_LEASE_MS }));
+    return run(request, { input: { taskId, annotatorId } }, async () => ({ type: 'ClaimTask', taskId, annotatorId, now: ctx.now(), leaseMs: ctx.config.ASSIGNMENT_LEASE_MS, readsOthersWork }));
   });
 
   app.post('/tasks/:taskId/cancel', async (request) => {

@@ -49,6 +49,12 @@ export interface TaskState {
    * attempt: a reviewer who could would be paid for redoing, or copying, the work they turned down.
    */
   readonly rejectedBy: readonly string[];
+  /**
+   * Whether labels of an attempt were submitted. Reviewers, managers and owners can read them (to
+   * judge them, or on the timeline), so once set none of them claims a later attempt: they could
+   * submit that work as theirs and be paid for it, as `rejectedBy` keeps a rejecting reviewer from doing.
+   */
+  readonly workSubmitted: boolean;
   /** Optimistic concurrency: bumped on every save, checked by compare-and-set. */
   readonly version: number;
 }
@@ -75,6 +81,7 @@ export function evolve(state: TaskState | null, event: TaskStateEvent): TaskStat
       leaseExpiresAt: null,
       reason: null,
       rejectedBy: [],
+      workSubmitted: false,
       version: 0,
     };
   }
@@ -84,16 +91,22 @@ export function evolve(state: TaskState | null, event: TaskStateEvent): TaskStat
       if (event.attempt !== state.attempt) return state;
       if (state.status !== TaskStatus.open) return state;
       return { ...state, status: TaskStatus.assigned, assignee: event.payload.annotatorId, leaseExpiresAt: event.payload.leaseExpiresAt ?? null };
-    case 'TaskReopened':
+    case 'TaskReopened': {
       // A replayed or late reopen must not reset an attempt that has already moved on.
       if (event.attempt <= state.attempt || state.status === TaskStatus.cancelled) return state;
-      return { ...state, status: TaskStatus.open, attempt: event.attempt, assignee: null, leaseExpiresAt: null };
+      // A review's verdict or timeout reopens labelled work, even when its LabelSubmitted has not
+      // reached task-svc yet (it travels on another topic, and would then be stale).
+      const reviewed = event.payload.reason === 'QA_REJECTED' || event.payload.reason === 'QA_TIMED_OUT';
+      return { ...state, status: TaskStatus.open, attempt: event.attempt, assignee: null, leaseExpiresAt: null, workSubmitted: state.workSubmitted || reviewed };
+    }
     case 'TaskFailed':
       return { ...state, status: TaskStatus.failed, reason: event.payload.detail };
     case 'TaskCancelled':
       return { ...state, status: TaskStatus.cancelled, leaseExpiresAt: null, reason: event.payload.reason };
-    case 'LabelSubmitted':
-      return advance(state, event.attempt, TaskStatus.labelled);
+    case 'LabelSubmitted': {
+      const advanced = advance(state, event.attempt, TaskStatus.labelled);
+      return advanced.workSubmitted || event.attempt !== state.attempt ? advanced : { ...advanced, workSubmitted: true };
+    }
     case 'QaStarted':
       return advance(state, event.attempt, TaskStatus.inReview);
     case 'QaPassed':
