@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { as, eventually, queryRows, startStack, type TestStack } from '@labelflow/testing';
+import { as, eventually, GiveUp, queryRows, startStack, type TestStack } from '@labelflow/testing';
 import { formatReport } from '@labelflow/auditor';
 import { auditStack, expectAuditClean } from './audit';
-import { annotatorOf, claim, createProject, createTask, key, review, submitLabels, waitForStatus } from './saga';
+import { annotatorOf, claim, createProject, createTask, key, labelsView, review, submitLabels, waitForStatus } from './saga';
 
 const rows = <R extends Record<string, unknown>>(stack: TestStack, svc: Parameters<TestStack['http']>[0], sql: string, values: unknown[]) => queryRows<R>(stack.databases[svc], sql, values);
 const ledgerOf = async (stack: TestStack, taskId: string) =>
@@ -10,7 +10,12 @@ const ledgerOf = async (stack: TestStack, taskId: string) =>
 const labelStatuses = async (stack: TestStack, taskId: string) => (await rows<{ attempt: number; status: string }>(stack, 'label-svc', 'SELECT attempt, status FROM labels WHERE task_id = $1 ORDER BY attempt', [taskId])).map((l) => [l.attempt, l.status]);
 const reviewStatuses = async (stack: TestStack, taskId: string) => (await rows<{ attempt: number; status: string }>(stack, 'qa-svc', 'SELECT attempt, status FROM reviews WHERE task_id = $1 ORDER BY attempt', [taskId])).map((r) => [r.attempt, r.status]);
 const MAX = Number.MAX_SAFE_INTEGER;
-const task = async (stack: TestStack, taskId: string) => (await stack.http('task-svc').get<{ status: string; attempt: number; reason: string | null }>(`/tasks/${taskId}`)).body;
+/** The task as task-svc shows it; any answer but 200 fails the test at once, also inside `eventually`. */
+const task = async (stack: TestStack, taskId: string) => {
+  const res = await stack.http('task-svc').get<{ status: string; attempt: number; reason: string | null }>(`/tasks/${taskId}`);
+  if (res.status !== 200) throw new GiveUp(`GET /tasks/${taskId} answered ${res.status}: ${JSON.stringify(res.body)}`);
+  return res.body;
+};
 
 describe('saga failure scenarios', () => {
   const infra = inject('infra');
@@ -194,7 +199,7 @@ describe('the assignment lease after task-svc was down', () => {
     const projectId = await createProject(stack, 1_000, 100);
     const taskId = await createTask(stack, projectId);
     await claim(stack, taskId, 'ann-in-time');
-    await eventually(async () => expect((await stack.http('label-svc').get<{ assignment: { annotatorId: string } | null }>(`/tasks/${taskId}/labels`)).body.assignment?.annotatorId).toBe('ann-in-time'));
+    await eventually(async () => expect((await labelsView(stack, taskId)).assignment?.annotatorId).toBe('ann-in-time'));
     await stack.processes['task-svc'].kill();
     // Within the lease: label-svc accepts, and LabelSubmitted waits in Kafka for task-svc.
     await submitLabels(stack, taskId, 'ann-in-time');

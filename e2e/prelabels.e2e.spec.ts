@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { buildPrelabelProposed, inputTopicName, prelabelMessage, type PrelabelProposalInput } from '@labelflow/contracts';
 import { as, consumerLag, eventually, metricValue, produceRaw, queryRows, readTopic, tokenFor, type TestIdentity, type TestStack, startStack } from '@labelflow/testing';
 import { expectAuditClean } from './audit';
-import { claim, createTask, key, review, submitLabels, waitForStatus } from './saga';
+import { claim, createTask, key, labelsView, review, submitLabels, waitForStatus } from './saga';
 
 const MODEL = { name: 'cat-detector', version: '2.1' } as const;
 const MACHINE = 'model.cat-detector@2.1';
@@ -43,11 +43,7 @@ describe('machine pre-labels', () => {
   const prelabelsOf = (taskId: string, identity: TestIdentity = manager()) => stack.http('label-svc', identity).get<PrelabelsView>(`/tasks/${taskId}/prelabels`);
   /** label-svc has learnt the task's assignment (of this attempt) from task-svc. */
   const assignmentKnown = (taskId: string, attempt: number) =>
-    eventually(async () => {
-      const res = await stack.http('label-svc').get<{ assignment: { attempt: number; annotatorId: string | null } }>(`/tasks/${taskId}/labels`);
-      expect(res.status).toBe(200);
-      expect(res.body.assignment.attempt).toBe(attempt);
-    });
+    eventually(async () => expect((await labelsView(stack, taskId)).assignment?.attempt).toBe(attempt));
   const putPolicy = async (identity: TestIdentity, body: unknown) => {
     const res = await fetch(`${stack.processes['label-svc'].url}/projects/${projectId}/prelabel-policy`, {
       method: 'PUT',

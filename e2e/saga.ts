@@ -115,6 +115,15 @@ export async function taskStatus(stack: TestStack, taskId: string): Promise<stri
   return res.body.status;
 }
 
+/** label-svc's view of a task once it has heard of it: 404 TASK_NOT_FOUND is its documented "not yet", retried by `eventually`; any other answer but 200 fails the test at once. */
+export async function labelsView<T = { assignment: { attempt: number; annotatorId?: string | null } | null }>(stack: TestStack, taskId: string, identity?: TestIdentity): Promise<T> {
+  const res = await stack.http('label-svc', identity).get<T>(`/tasks/${taskId}/labels`);
+  const code = (res.body as { error?: { code?: string } } | undefined)?.error?.code;
+  if (res.status === 404 && code === 'TASK_NOT_FOUND') throw new Error(`label-svc has not heard of task ${taskId} yet`);
+  if (res.status !== 200) throw new GiveUp(`GET /tasks/${taskId}/labels answered ${res.status}: ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
 export async function waitForStatus(stack: TestStack, taskId: string, status: string, timeoutMs = 60_000): Promise<void> {
   await eventually(async () => expect(await taskStatus(stack, taskId)).toBe(status), { timeoutMs });
 }

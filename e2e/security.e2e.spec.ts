@@ -2,6 +2,7 @@ import { DEV_AUDIENCE, DEV_ISSUER, generateSigningKey, issueToken, loadOrCreateD
 import type { ServiceName } from '@labelflow/contracts';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { as, eventually, httpClient, queryRows, startStack, type HttpResult, type TestIdentity, type TestStack } from '@labelflow/testing';
+import { labelsView } from './saga';
 
 type Body = { error?: { code: string; message: string } } & Record<string, unknown>;
 const key = () => ({ 'idempotency-key': crypto.randomUUID() });
@@ -39,7 +40,7 @@ describe('authentication, project roles and tenant isolation', () => {
   /** Claims as `annotator`, and waits until label-svc has the assignment (so its project is known there). */
   async function assign(taskId: string, projectId: string, annotator: string): Promise<void> {
     expectStatus(await http('task-svc', as.annotator(annotator, projectId)).post(`/tasks/${taskId}/claim`, {}), 200);
-    await eventually(async () => expectStatus(await http('label-svc', admin).get(`/tasks/${taskId}/labels`), 200));
+    await eventually(() => labelsView(stack, taskId, admin));
   }
   async function label(taskId: string, projectId: string, annotator: string): Promise<void> {
     const res = await http('label-svc', as.annotator(annotator, projectId)).post<Body>(`/tasks/${taskId}/labels`, { annotations: [{ label: 'cat', confidence: 0.9 }] }, wait);
@@ -177,7 +178,7 @@ describe('authentication, project roles and tenant isolation', () => {
     const taskId = await createTask(own);
     const both: TestIdentity = { user: 'eve', projects: { [own]: ['annotator', 'reviewer'] } };
     expectStatus(await http('task-svc', both).post(`/tasks/${taskId}/claim`, {}), 200);
-    await eventually(async () => expectStatus(await http('label-svc', admin).get(`/tasks/${taskId}/labels`), 200));
+    await eventually(() => labelsView(stack, taskId, admin));
     expectStatus(await http('label-svc', both).post(`/tasks/${taskId}/labels`, { annotations: [{ label: 'cat' }] }, wait), 201);
     const self = await http('qa-svc', both).post<Body>(`/reviews/${taskId}`, { decision: 'approve' }, wait);
     expectStatus(self, 403, 'SELF_REVIEW');
@@ -194,7 +195,7 @@ describe('authentication, project roles and tenant isolation', () => {
       expectStatus(await http('task-svc', reader).post(`/tasks/${taskId}/claim`, {}), 403, 'MAY_READ_EARLIER_WORK');
     }
     expectStatus(await http('task-svc', as.annotator('frank', own)).post(`/tasks/${taskId}/claim`, {}), 200);
-    await eventually(async () => expect((await http('label-svc', admin).get<{ assignment: { attempt: number } }>(`/tasks/${taskId}/labels`)).body.assignment.attempt).toBe(2));
+    await eventually(async () => expect((await labelsView(stack, taskId, admin)).assignment?.attempt).toBe(2));
     expectStatus(await http('label-svc', as.annotator('frank', own)).post(`/tasks/${taskId}/labels`, { annotations: [{ label: 'cat' }] }, wait), 201);
     const later = await http('qa-svc', both).post<Body>(`/reviews/${taskId}`, { decision: 'approve', attempt: 2 }, wait);
     expectStatus(later, 403, 'SELF_REVIEW');

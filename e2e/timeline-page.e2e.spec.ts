@@ -44,7 +44,9 @@ describe('the saga timeline page (GET /ui of apps/saga-monitor) in Chromium', ()
     await waitForStatus(stack, taskId, 'failed');
     const { taskNumber } = (await stack.http('task-svc').get<{ taskNumber: string }>(`/tasks/${taskId}`)).body;
     // The page shows what the monitor has consumed, read from four topics in no fixed order between
-    // them: wait until it has an event of each service and the end of the saga.
+    // them: wait until it has read every event of the saga (it then has one of each service and
+    // the end of the saga), so the page loaded next shows the same events.
+    await stack.quiesce();
     const traced = await eventually(async () => {
       const saga = (await stack.monitorHttp().get<TimelineView>(`/sagas/${taskId}`)).body;
       expect(saga.events?.map((e) => e.type)).toEqual(expect.arrayContaining(['LabelSubmitted', 'QaRejected', 'TaskReopened', 'BillingFailed', 'TaskFailed']));

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
-import { createTestDatabase, uniqueName, createTestPool } from '@labelflow/testing';
+import { createTestDatabase, eventually, uniqueName, createTestPool } from '@labelflow/testing';
 import { createSnowflake, createWorkerLease, ensureIdgenSchema, IdgenErrors, parseSnowflake } from './index';
 import { runTsxScript } from '../test-support/spawn-tsx';
 
@@ -122,12 +122,16 @@ describe('worker-id leases and Snowflake ids on PostgreSQL', () => {
     // must last seconds, not a few hundred milliseconds, before the lease is rightly seen as lost.
     const lease = leaseIn('background', { ttlMs: 3_000, renewEveryMs: 100, onLost: () => (lost = true) });
     const id = await lease.acquire();
-    await new Promise((r) => setTimeout(r, 3_500)); // longer than the ttl: only renewal keeps it valid
+    const { rows: acquired } = await pool.query<{ first: Date }>("SELECT expires_at AS first FROM idgen_worker_leases WHERE namespace = 'background' AND worker_id = $1", [id]);
+    const first = acquired[0]!.first;
+    // Past the ttl it was acquired with, and renewed beyond it: only renewal keeps it valid.
+    await eventually(async () => {
+      const { rows } = await pool.query<{ past: boolean; renewed: boolean }>("SELECT now() > $2::timestamptz AS past, expires_at > now() AS renewed FROM idgen_worker_leases WHERE namespace = 'background' AND worker_id = $1", [id, first]);
+      expect(rows[0]).toEqual({ past: true, renewed: true });
+    });
     expect(lease.valid).toBe(true);
     await pool.query("UPDATE idgen_worker_leases SET owner = 'someone-else' WHERE namespace = 'background' AND worker_id = $1", [id]);
-    const deadline = Date.now() + 5_000;
-    while (!lost && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    expect(lost).toBe(true);
+    await eventually(() => expect(lost).toBe(true));
     expect(lease.valid).toBe(false);
     await lease.release();
   });

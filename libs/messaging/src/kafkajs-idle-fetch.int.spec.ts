@@ -1,4 +1,5 @@
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { createRequire } from 'node:module';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import { captureLogs, eventually, produceRaw, uniqueName } from '@labelflow/testing';
 import { createConsumerLoop, createKafka, ensureTopics, type ConsumerLoop } from './index';
@@ -18,8 +19,39 @@ interface Fetch {
 const IDLE_WAIT_MS = 1_000;
 const AFTER_EMPTY = 3;
 
+/** What a fetch asked the broker for, read off kafkajs's ConsumerGroup as its fetch begins. */
+interface Asked {
+  readonly groupId: string;
+  readonly at: number;
+  readonly minBytes: number;
+  readonly maxWaitTime: number;
+}
+interface GroupFields {
+  readonly groupId: string;
+  readonly minBytes: number;
+  readonly maxWaitTime: number;
+}
+type ConsumerGroupClass = { prototype: { fetch(this: GroupFields, nodeId: number): Promise<unknown> } };
+
 describe('the idle long poll of a batching consumer', () => {
   const loops: ConsumerLoop[] = [];
+  // The settings each fetch asked for, not how long the broker took: a JVM broker on a loaded
+  // machine may answer a 50 ms fetch late, which says nothing of what the consumer asked.
+  const asked: Asked[] = [];
+  const ConsumerGroup = createRequire(import.meta.url)('kafkajs/src/consumer/consumerGroup.js') as ConsumerGroupClass;
+  const unwrapped = ConsumerGroup.prototype.fetch;
+  beforeAll(() => {
+    ConsumerGroup.prototype.fetch = function fetch(this: GroupFields, nodeId: number) {
+      asked.push({ groupId: this.groupId, at: Date.now(), minBytes: this.minBytes, maxWaitTime: this.maxWaitTime });
+      return unwrapped.call(this, nodeId);
+    };
+  });
+  afterAll(() => {
+    ConsumerGroup.prototype.fetch = unwrapped;
+  });
+  const settings = (f: Asked) => ({ minBytes: f.minBytes, maxWaitTime: f.maxWaitTime });
+  const LONG_POLL = { minBytes: 1, maxWaitTime: IDLE_WAIT_MS };
+  const OWN = { minBytes: 65_536, maxWaitTime: 50 };
   afterEach(async () => {
     await Promise.all(loops.splice(0).map((l) => l.close()));
   });
@@ -30,9 +62,10 @@ describe('the idle long poll of a batching consumer', () => {
     /** When each run was handed to the processor: the fetch that brought it has returned by then. */
     const appliedAt: number[] = [];
     const fetches: Fetch[] = [];
+    const groupId = uniqueName('idle-fetch-group');
     const loop = createConsumerLoop<Msg>({
       kafka,
-      groupId: uniqueName('idle-fetch-group'),
+      groupId,
       bindings: [{ topic, schema: Msg }],
       deadLetterTopic: `${topic}.dlq`,
       logger,
@@ -53,7 +86,7 @@ describe('the idle long poll of a batching consumer', () => {
     });
     loops.push(loop);
     await loop.start();
-    return { applied, appliedAt, fetches };
+    return { applied, appliedAt, fetches, asked: (since: number, until = Infinity) => asked.filter((f) => f.groupId === groupId && f.at >= since && f.at <= until) };
   };
   const send = (topic: string, ns: number[]) => produceRaw(infra.kafkaBrokers, topic, ns.map((n) => ({ key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n }) })));
   const topic = async () => {
@@ -74,7 +107,10 @@ describe('the idle long poll of a batching consumer', () => {
     const within = (fs: readonly Fetch[]) => fs.filter((f) => f.sentAt >= from && f.sentAt + f.duration <= until);
     // A quiet fetch of the long poll is answered when its wait is out, never sooner.
     for (const f of within(polling.fetches)) expect(f.duration).toBeGreaterThanOrEqual(IDLE_WAIT_MS - 50);
-    expect(within(plain.fetches).length).toBeGreaterThan(4 * within(polling.fetches).length);
+    // Every fetch of the stretch asked for the long poll; the plain consumer's, for its 50 ms window.
+    expect(polling.asked(from, until).map(settings)).toEqual(polling.asked(from, until).map(() => LONG_POLL));
+    expect(plain.asked(from, until).length).toBeGreaterThan(0);
+    expect(plain.asked(from, until).map(settings)).toEqual(plain.asked(from, until).map(() => OWN));
     await send(t, [1]);
     await eventually(() => expect(polling.applied).toEqual([1]));
     await eventually(() => expect(plain.applied).toEqual([1]));
@@ -87,17 +123,18 @@ describe('the idle long poll of a batching consumer', () => {
     await eventually(() => expect(polling.fetches.some((f) => f.duration >= IDLE_WAIT_MS - 50)).toBe(true), { timeoutMs: 10 * IDLE_WAIT_MS });
     await send(t, Array.from({ length: 20 }, (_, i) => i));
     await eventually(() => expect(polling.applied).toHaveLength(20));
-    // The fetches after the burst: sent once the fetch that brought its first messages came back,
+    // The fetches after the burst: begun once the fetch that brought its first messages came back,
     // however long the producer took to connect meanwhile.
     const burstArrived = polling.appliedAt[0]!;
-    const since = () => polling.fetches.filter((f) => f.sentAt >= burstArrived);
-    const isLong = (f: Fetch) => f.duration >= IDLE_WAIT_MS - 50;
-    // Quiet again: the long poll is back once a fetch comes back empty.
+    const since = () => polling.asked(burstArrived);
+    const isLong = (f: Asked) => f.maxWaitTime === IDLE_WAIT_MS;
+    // Quiet again: the long poll is back once AFTER_EMPTY fetches came back empty.
     await eventually(() => expect(since().some(isLong)).toBe(true), { timeoutMs: 10 * IDLE_WAIT_MS });
-    // Before it, the fetches after the burst used the consumer's own settings, AFTER_EMPTY of them:
-    // answered after 50 ms, empty. A consumer left in the long poll would wait a second there.
+    // Before it, the fetches after the burst asked for the consumer's own settings, AFTER_EMPTY of
+    // them at least. A consumer left in the long poll would have asked for a second's wait there.
     const beforeLong = since().slice(0, since().findIndex(isLong));
     expect(beforeLong.length).toBeGreaterThanOrEqual(AFTER_EMPTY);
-    for (const f of beforeLong) expect(f.duration).toBeLessThan(IDLE_WAIT_MS / 2);
+    expect(beforeLong.map(settings)).toEqual(beforeLong.map(() => OWN));
+    expect(settings(since().find(isLong)!)).toEqual(LONG_POLL);
   });
 });

@@ -35,7 +35,7 @@ export interface TestStack {
   /**
    * Resolves once the stack is at rest: every outbox is drained and every service's consumer group
    * has committed all that is on its topics (in that order, and again until both hold together,
-   * since consuming can publish more).
+   * since consuming can publish more); the saga monitor's group too, when it runs.
    */
   quiesce(timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
@@ -133,6 +133,11 @@ export async function startStack(
         for (const name of serviceNames) {
           const lag = await consumerLag(infra.kafkaBrokers, groupOf(name), topicsOf(name));
           if (lag !== 0) throw new Error(`${name} has ${lag} messages left to consume`);
+        }
+        // The monitor reads every service's events (its group named as a service's would be).
+        if (monitor) {
+          const lag = await consumerLag(infra.kafkaBrokers, `${prefix}.saga-monitor`, everyTopic);
+          if (lag !== 0) throw new Error(`the saga monitor has ${lag} messages left to consume`);
         }
         for (const name of serviceNames) {
           const [row] = await queryRows<{ n: string }>(databases[name], 'SELECT count(*) AS n FROM outbox_pending');
