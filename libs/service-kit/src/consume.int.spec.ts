@@ -6,7 +6,7 @@ import { createConsumerLoop, createKafka, ensureTopics, type ConsumerLoop } from
 import { createMetrics, type Metrics } from '@labelflow/telemetry';
 import { captureLogs, createTestDatabase, eventually, metricValue, produceRaw, readTopic, uniqueName } from '@labelflow/testing';
 import { createExactlyOnce, eventConsumer, preloadedStore } from './consume';
-import { createPool, type Pool } from './db';
+import { createPool, isTransientDbError, type Pool } from './db';
 import { createEmitter } from './events';
 import { coreMigrations, migrate } from './migrations';
 
@@ -69,14 +69,14 @@ describe('the exactly-once shell on real Kafka, PostgreSQL and Redis', () => {
     },
   });
 
-  const start = async (opts: { topic: string; groupId: string; namespace: string; metrics: Metrics; crashAfterFirstCommit?: boolean }) => {
+  const start = async (opts: { topic: string; groupId: string; namespace: string; metrics: Metrics; crashAfterFirstCommit?: boolean; lockTimeoutMs?: number }) => {
     const gate = createDedupGate({
       redis, inbox: inboxReader(pool), namespace: opts.namespace, doneTtlMs: 60_000, redisTimeoutMs: 500,
       breaker: { failureThreshold: 3, openMs: 1_000 }, bloom: { capacity: 10_000, errorRate: 0.01 }, warmWindowMs: 0, logger,
     });
     gates.push(gate);
     const emitter = createEmitter({ producer: 'task-svc', topicPrefix: 'shell', channel: 'outbox_shell', now: () => new Date(), newId: () => String(8_000_000_000_000_000_000n + nextId++) });
-    const shell = createExactlyOnce({ pool, gate, consumers: [counting], ctx: {}, emitMany: emitter.emitMany });
+    const shell = createExactlyOnce({ pool, gate, consumers: [counting], ctx: {}, emitMany: emitter.emitMany, ...(opts.lockTimeoutMs ? { lockTimeoutMs: opts.lockTimeoutMs } : {}) });
     let crashed = !opts.crashAfterFirstCommit;
     const loop = createConsumerLoop<DomainEvent>({
       kafka,
@@ -85,7 +85,7 @@ describe('the exactly-once shell on real Kafka, PostgreSQL and Redis', () => {
       deadLetterTopic: `${opts.topic}.dlq`,
       logger,
       metrics: opts.metrics,
-      isRetriable: (error) => (error as { retriable?: boolean }).retriable === true,
+      isRetriable: (error) => (error as { retriable?: boolean }).retriable === true || isTransientDbError(error),
       retry: { initialMs: 20, maxMs: 100, maxAttempts: 2 },
       sessionTimeoutMs: 6_000,
       processor: {
@@ -183,6 +183,28 @@ describe('the exactly-once shell on real Kafka, PostgreSQL and Redis', () => {
     const applied = await counters(ids);
     expect(ids.filter((_, i) => i !== 4).map((id) => applied[id])).toEqual(ids.slice(1).map(() => [1, 2]));
     expect(applied[ids[4]!]).toBeUndefined();
+  });
+
+  it('gives up waiting on a row lock another session holds after the lock timeout, retries with heartbeats between, and applies the event once the lock is let go', async () => {
+    const t = await setup();
+    const id = taskId();
+    await pool.query('INSERT INTO counters VALUES ($1, 0, 1)', [id]);
+    // A frozen peer: another instance's transaction that holds the task's row and does not end.
+    const peer = await pool.connect();
+    try {
+      await peer.query('BEGIN');
+      await peer.query('SELECT * FROM counters WHERE task_id = $1 FOR UPDATE', [id]);
+      await send(t.topic, [reopened(id, 2)]);
+      await start({ ...t, lockTimeoutMs: 200 });
+      // Without a lock timeout the run would wait inside one transaction, sending kafkajs no heartbeat.
+      await eventually(async () => expect(metricValue(await t.metrics.render(), 'consumer_retries_total', { kind: 'transient' })).toBeGreaterThanOrEqual(2));
+      expect(await counters([id])).toEqual({ [id]: [0, 1] });
+    } finally {
+      await peer.query('ROLLBACK');
+      peer.release();
+    }
+    await eventually(async () => expect(await counters([id])).toEqual({ [id]: [1, 2] }));
+    expect(metricValue(await t.metrics.render(), 'consumer_messages_total', { outcome: 'applied' })).toBe(1);
   });
 
   it('applies nothing twice when it dies between committing a batch and committing its offsets, by Redis or by the inbox', async () => {

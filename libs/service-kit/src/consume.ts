@@ -131,6 +131,14 @@ export interface ExactlyOnceDeps<X> {
    * requests): sent with the outbox insert when the batch emits, else by itself.
    */
   readonly onApplied?: (taskIds: readonly string[]) => Notification;
+  /**
+   * How long the run's transaction waits for a row lock (a task another instance holds in a
+   * transaction of its own) before giving up with a transient error, retried. kafkajs heartbeats
+   * only between runs, so a wait longer than the session timeout would have the member evicted
+   * and the group rebalance around a lock nobody releases; the retry loop heartbeats while it
+   * waits. Unbounded when absent.
+   */
+  readonly lockTimeoutMs?: number;
 }
 
 // The one place a consumed event's dedup key is derived (the type part: see dedupTypeOf).
@@ -193,6 +201,7 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
   }
 
   /** `fresh`: the run's deliveries the gate let through, with their keys (formatted) and places in the run. */
+  const lockWait = deps.lockTimeoutMs === undefined ? {} : { lockTimeoutMs: deps.lockTimeoutMs };
   async function transact(fresh: readonly Fresh[], outcomes: DeliveryOutcome[]): Promise<void> {
     await withTransaction(deps.pool, async (tx) => {
       const inserted = await recordManyInInbox(
@@ -228,7 +237,7 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
       const signal = changed.size > 0 ? deps.onApplied?.([...changed]) : undefined;
       if (groups.length > 0) await deps.emitMany(tx, groups, signal);
       else if (signal) await notify(tx, signal);
-    });
+    }, lockWait);
   }
 
   return {

@@ -103,7 +103,10 @@ export interface WiredConsumer {
 export function wireConsumer<C extends BaseConfig>(w: Wiring<C>, ctx: ServiceContext<C>, gate: DedupGate, emitMany: EmitMany): WiredConsumer {
   const { definition, config, logger, metrics, pool, lifecycle } = w;
   const consumers = definition.capabilities.flatMap((c) => (c.consumes ? [c.consumes] : []));
-  const processor = createExactlyOnce({ pool, gate, consumers, ctx, emitMany, onApplied: (taskIds) => ctx.signals.notification(taskIds) });
+  // A third of the session timeout: a run that waits on a lock that long gives up and is retried
+  // with heartbeats between, long before the member could be evicted.
+  const lockTimeoutMs = Math.min(10_000, Math.floor(config.KAFKA_SESSION_TIMEOUT_MS / 3));
+  const processor = createExactlyOnce({ pool, gate, consumers, ctx, emitMany, onApplied: (taskIds) => ctx.signals.notification(taskIds), lockTimeoutMs });
   const types = consumers.flatMap((c) => c.types);
   const schemaOf = new Map(types.map((t) => [consumedTopicName(config.KAFKA_TOPIC_PREFIX, t), consumedTopicSchema(t)] as const));
   const typesOn = new Map(types.map((t) => [consumedTopicName(config.KAFKA_TOPIC_PREFIX, t), typesOnTopicOf(t)] as const));
