@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
 import { createTestDatabase, uniqueName, createTestPool } from '@labelflow/testing';
-import { formatKey, inboxMigrationSql, inboxReader, recordInInbox, recordManyInInbox, type DedupKey } from './index';
+import { formatKey, inboxMigrationSql, inboxReader, pruneInbox, recordInInbox, recordManyInInbox, type DedupKey } from './index';
 
 const infra = inject('infra');
 
@@ -32,6 +32,20 @@ describe('the PostgreSQL inbox', () => {
     const taskId = crypto.randomUUID();
     expect(await recordInInbox(pool, entry({ taskId }))).toBe(true);
     expect(await recordInInbox(pool, entry({ taskId }))).toBe(false);
+  });
+
+  it('prunes keys past the retention batch by batch, keeps the younger ones, and stops between batches once told to', async () => {
+    const old = crypto.randomUUID();
+    const young = crypto.randomUUID();
+    for (let attempt = 1; attempt <= 5; attempt++) await recordInInbox(pool, entry({ taskId: old, attempt }));
+    await recordInInbox(pool, entry({ taskId: young }));
+    await pool.query("UPDATE inbox SET processed_at = now() - interval '2 days' WHERE task_id = $1", [old]);
+    const count = async (taskId: string) => (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM inbox WHERE task_id = $1', [taskId])).rows[0]!.n;
+
+    expect(await pruneInbox(pool, 86_400_000, 2, AbortSignal.abort())).toBe(0);
+    expect(await count(old)).toBe(5);
+    expect(await pruneInbox(pool, 86_400_000, 2)).toBe(5);
+    expect([await count(old), await count(young)]).toEqual([0, 1]);
   });
 
   it('lets the same step through again for the next attempt of the task (rework after a rejection)', async () => {

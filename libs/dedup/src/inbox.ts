@@ -116,10 +116,11 @@ export async function findInInbox(inbox: InboxReader, keys: readonly DedupKey[])
 /**
  * Deletes inbox rows older than the retention. A replay older than this is no longer recognised,
  * so the retention must exceed the longest replay the operators may run (and the Redis TTL).
+ * Stops between batches once `signal` is aborted (a shutdown), the rest left to the next prune.
  */
-export async function pruneInbox(db: Queryable, retentionMs: number, batch = 10_000): Promise<number> {
+export async function pruneInbox(db: Queryable, retentionMs: number, batch = 10_000, signal?: AbortSignal): Promise<number> {
   let total = 0;
-  for (;;) {
+  while (signal?.aborted !== true) {
     const { rowCount } = await db.query(
       `DELETE FROM inbox WHERE ctid IN (SELECT ctid FROM inbox WHERE processed_at < now() - ($1::bigint * interval '1 millisecond') LIMIT $2)`,
       [retentionMs, batch],
@@ -127,4 +128,5 @@ export async function pruneInbox(db: Queryable, retentionMs: number, batch = 10_
     total += rowCount ?? 0;
     if ((rowCount ?? 0) < batch) return total;
   }
+  return total;
 }

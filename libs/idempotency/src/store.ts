@@ -107,9 +107,10 @@ export async function readIdempotencyKey(db: Queryable, scope: string, key: stri
  * Expired records are already ignored by the plugin; pruning only reclaims space. Call it from a
  * periodic job (a sweeper), e.g. every few minutes.
  */
-export async function pruneIdempotencyKeys(db: Queryable, { now = new Date(), batchSize = 1_000 }: { now?: Date; batchSize?: number } = {}): Promise<number> {
+export async function pruneIdempotencyKeys(db: Queryable, { now = new Date(), batchSize = 1_000, signal }: { now?: Date; batchSize?: number; signal?: AbortSignal } = {}): Promise<number> {
   let total = 0;
-  for (;;) {
+  // An aborted `signal` (a shutdown) stops it between batches; the rest is left to the next prune.
+  while (signal?.aborted !== true) {
     const deleted = await db.query(
       `DELETE FROM idempotency_keys WHERE ctid IN (
          SELECT ctid FROM idempotency_keys WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
@@ -118,4 +119,5 @@ export async function pruneIdempotencyKeys(db: Queryable, { now = new Date(), ba
     total += deleted.rowCount ?? 0;
     if ((deleted.rowCount ?? 0) < batchSize) return total;
   }
+  return total;
 }

@@ -26,5 +26,7 @@ export function isTransientDbError(error: unknown): boolean {
   // release (usePreparedStatements), and the same work succeeds on the next one.
   if (isStalePreparedStatement(error)) return true;
   if (typeof message !== 'string') return false;
-  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(message);
+  // A pool that has ended: the process is closing, and the work it refused is not a bad message
+  // (a consumer run still queued then must be left to the next owner, not dead-lettered).
+  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Cannot use a pool after calling end on the pool/i.test(message);
 }

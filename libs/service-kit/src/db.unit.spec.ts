@@ -16,6 +16,13 @@ describe('isTransientDbError', () => {
     expect(isTransientDbError(new Error('timeout exceeded when trying to connect'))).toBe(true);
   });
 
+  it('is true for a pool that has ended, as on shutdown: the work it refuses is no bad message', async () => {
+    const pool = createPool('postgres://nobody@127.0.0.1:1/none');
+    await pool.end();
+    const refused = await pool.query('SELECT 1').catch((error: unknown) => error);
+    expect(isTransientDbError(refused)).toBe(true);
+  });
+
   it('is false for errors of the statement or the data, and for things that are not errors at all', () => {
     for (const code of ['23505', '22012', '42P01', '22P02', '57P04', '0A000']) expect(isTransientDbError(withCode(code)), code).toBe(false);
     expect(isTransientDbError(new TypeError('x is undefined'))).toBe(false);

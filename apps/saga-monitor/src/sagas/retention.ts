@@ -7,17 +7,19 @@ const EVERY_MS = 10 * 60_000;
 
 /**
  * Forgets what is older than the retention, `chunk` sagas per transaction so no prune holds many
- * rows locked at once, until a chunk comes back short. Returns what went.
+ * rows locked at once, until a chunk comes back short or `signal` is aborted (the service closes).
+ * Returns what went.
  */
-export async function pruneOnce(pool: ServiceContext['pool'], cutoff: Date, chunk = CHUNK): Promise<Pruned> {
+export async function pruneOnce(pool: ServiceContext['pool'], cutoff: Date, chunk = CHUNK, signal?: AbortSignal): Promise<Pruned> {
   let sagas = 0;
   let deadLetters = 0;
-  for (;;) {
+  while (signal?.aborted !== true) {
     const pruned = await withTransaction(pool, (tx) => pruneEndedSagas(tx, cutoff, chunk));
     sagas += pruned.sagas;
     deadLetters += pruned.deadLetters;
     if (pruned.sagas < chunk && pruned.deadLetters < chunk) return { sagas, deadLetters };
   }
+  return { sagas, deadLetters };
 }
 
 /**
@@ -34,8 +36,8 @@ export function retentionChore(ctx: ServiceContext<SagaMonitorConfig>): Chore[] 
     {
       name: 'saga-retention',
       everyMs: EVERY_MS,
-      run: async () => {
-        const gone = await pruneOnce(ctx.pool, new Date(ctx.now().getTime() - hours * 3600_000));
+      run: async (signal) => {
+        const gone = await pruneOnce(ctx.pool, new Date(ctx.now().getTime() - hours * 3600_000), CHUNK, signal);
         pruned.inc({ kind: 'saga' }, gone.sagas);
         pruned.inc({ kind: 'dead_letter' }, gone.deadLetters);
         if (gone.sagas + gone.deadLetters > 0) ctx.logger.info({ ...gone, retentionHours: hours }, 'sagas and dead letters past their retention forgotten');

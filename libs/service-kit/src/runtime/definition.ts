@@ -53,7 +53,8 @@ export interface Capability<C extends BaseConfig = BaseConfig> {
 export interface Chore {
   readonly name: string;
   readonly everyMs: number;
-  run(): Promise<void>;
+  /** `signal` is aborted when the service closes, which waits for the run: a run that loops stops between rounds. */
+  run(signal: AbortSignal): Promise<void>;
 }
 
 export interface ServiceDefinition<C extends BaseConfig = BaseConfig> {

@@ -1,16 +1,15 @@
 import { pruneInbox } from '@labelflow/dedup';
 import { pruneIdempotencyKeys } from '@labelflow/idempotency';
 import { oldestPendingAgeSeconds } from '@labelflow/outbox';
-import type { Logger } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
 import { limitHeapGrowth } from '../heap';
 import { createMetricsApp } from '../http';
-import type { Lifecycle } from '../lifecycle';
 import { upkeepTables } from '../table-upkeep';
 import { startSweeper } from '../sweeper';
 import { buildService, type BuildDeps, type BuiltService } from './build';
 import type { ServiceDefinition } from './definition';
 import { closeHttpFirst } from './wire-http';
+import { schedule } from './schedule';
 
 export interface RunningService<C extends BaseConfig = BaseConfig> extends BuiltService<C> {
   /** Where the HTTP API listens. */
@@ -45,8 +44,8 @@ async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise
   const { config, logger, pool } = ctx;
   relay.start();
   watchRelayLag(built, OUTBOX_AGE_EVERY_MS);
-  schedule(lifecycle, 'inbox-prune', 3600_000, async () => {
-    const pruned = await pruneInbox(pool, config.DEDUP_INBOX_RETENTION_MS);
+  schedule(lifecycle, 'inbox-prune', 3600_000, async (signal) => {
+    const pruned = await pruneInbox(pool, config.DEDUP_INBOX_RETENTION_MS, undefined, signal);
     if (pruned > 0) logger.info({ pruned }, 'old inbox rows pruned');
   }, logger);
   if (consumes) await consumer.start();
@@ -55,8 +54,8 @@ async function startBuilt<C extends BaseConfig>(built: BuiltService<C>): Promise
   for (const sweeper of built.sweepers) {
     startSweeper(sweeper, { pool, emit: ctx.emit, logger, metrics: ctx.metrics, now: ctx.now, ...(caughtUpTo ? { caughtUpTo } : {}), everyMs: config.SWEEP_INTERVAL_MS }, lifecycle);
   }
-  for (const chore of built.chores) schedule(lifecycle, chore.name, chore.everyMs, () => chore.run(), logger);
-  schedule(lifecycle, 'idempotency-prune', 3600_000, async () => void (await pruneIdempotencyKeys(pool)), logger);
+  for (const chore of built.chores) schedule(lifecycle, chore.name, chore.everyMs, (signal) => chore.run(signal), logger);
+  schedule(lifecycle, 'idempotency-prune', 3600_000, async (signal) => void (await pruneIdempotencyKeys(pool, { signal })), logger);
   if (config.DB_UPKEEP_INTERVAL_MS > 0) keepTables(built, config.DB_UPKEEP_INTERVAL_MS);
   const metricsUrl = config.METRICS_PORT === undefined ? undefined : await listenForScrapers(built, config.METRICS_PORT);
   const url = await app.listen({ port: config.PORT, host: config.HOST });
@@ -80,12 +79,17 @@ async function listenForScrapers<C extends BaseConfig>({ ctx, lifecycle }: Built
 function keepTables<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, everyMs: number): void {
   const visits = ctx.metrics.counter('db_table_upkeep_total', 'VACUUM (ANALYZE) and ANALYZE runs the service made on its own tables because autovacuum is off, by table and kind', ['table', 'kind']);
   let told = false;
-  schedule(lifecycle, 'table-upkeep', everyMs, async () => {
+  schedule(lifecycle, 'table-upkeep', everyMs, async (signal) => {
     const client = await ctx.pool.connect();
+    // A VACUUM of a large table can outlast the close's budget, and its connection would keep the
+    // pool from ending: the close cancels it (the next round starts over).
+    const cancel = () => void ctx.pool.query('SELECT pg_cancel_backend($1)', [(client as unknown as { processID: number }).processID]).catch(() => undefined);
+    signal.addEventListener('abort', cancel, { once: true });
     let tables: Awaited<ReturnType<typeof upkeepTables>>;
     try {
       tables = await upkeepTables(client);
     } finally {
+      signal.removeEventListener('abort', cancel);
       client.release();
     }
     for (const { table, vacuum } of tables) visits.inc({ table, kind: vacuum ? 'vacuum' : 'analyze' });
@@ -109,21 +113,3 @@ function watchRelayLag<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>
   schedule(lifecycle, 'outbox-age', everyMs, async () => void age.set(await oldestPendingAgeSeconds(ctx.pool)), ctx.logger);
 }
 
-/**
- * Runs `job` now and every `everyMs` until the service closes; a failed run is logged, not fatal.
- * A run still going when the next is due is not doubled: that turn is skipped.
- */
-function schedule(lifecycle: Lifecycle, name: string, everyMs: number, job: () => Promise<void>, logger: Logger): void {
-  let running = false;
-  const run = async () => {
-    if (running) return;
-    running = true;
-    await job()
-      .catch((error: Error) => logger.warn({ err: error, job: name }, 'scheduled job failed'))
-      .finally(() => (running = false));
-  };
-  void run();
-  const timer = setInterval(run, everyMs);
-  timer.unref();
-  lifecycle.onClose(name, async () => clearInterval(timer));
-}
