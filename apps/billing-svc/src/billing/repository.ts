@@ -195,13 +195,9 @@ function createPendingWrites(projects: Map<string, ProjectBudget>, payouts: Map<
         if (before === billing) continue;
         changedBillings.set(`${billing.taskId}/${billing.attempt}`, billing);
         if (billing.status === before?.status) continue;
-        const booked =
-          billing.status === BillingStatus.completed
-            ? bookings(billing, [['debit', null], ['credit', billing.annotatorId]], billing.amount, billing.approvedBy)
-            : billing.status === BillingStatus.refunded
-              ? bookings(billing, [['refund', null], ['reversal', billing.annotatorId]], -billing.amount, billing.refundedBy ?? null)
-              : undefined;
-        if (!booked) continue;
+        const move = moveOf(billing);
+        if (!move) continue;
+        const booked = bookings(billing, move.legs, move.payoutDelta, move.actor);
         ledger.push(...booked.entries);
         if (booked.payout) {
           const key = payoutKey({ annotatorId: booked.payout.annotatorId, currency: currencyOfBilling(billing, next) });
@@ -294,8 +290,27 @@ export async function saveBillingTask(tx: PoolClient, previous: BillingTaskState
     if (before === billing) continue;
     await saveBilling(tx, billing, before?.status ?? null);
     if (billing.status === before?.status) continue;
-    if (billing.status === BillingStatus.completed) await book(tx, billing, next, [['debit', null], ['credit', billing.annotatorId]], billing.amount, billing.approvedBy);
-    if (billing.status === BillingStatus.refunded) await book(tx, billing, next, [['refund', null], ['reversal', billing.annotatorId]], -billing.amount, billing.refundedBy ?? null);
+    const move = moveOf(billing);
+    if (move) await book(tx, billing, next, move.legs, move.payoutDelta, move.actor);
+  }
+}
+
+type Legs = readonly [LedgerEntry['kind'], AnnotatorId | null][];
+
+/** What a billing's move to its status books: the ledger legs, the payout's change and who made it; nothing for a failure, which moves no money. */
+function moveOf(b: AttemptBilling): { readonly legs: Legs; readonly payoutDelta: Money; readonly actor: string | null } | undefined {
+  const status = b.status;
+  switch (status) {
+    case BillingStatus.completed:
+      return { legs: [['debit', null], ['credit', b.annotatorId]], payoutDelta: b.amount, actor: b.approvedBy };
+    case BillingStatus.refunded:
+      return { legs: [['refund', null], ['reversal', b.annotatorId]], payoutDelta: -b.amount, actor: b.refundedBy ?? null };
+    case BillingStatus.failed:
+      return undefined;
+    default: {
+      const unhandled: never = status;
+      return unhandled;
+    }
   }
 }
 

@@ -125,9 +125,19 @@ function observe(event: LabelObservedEvent, state: LabelTaskState): LabelDecisio
         (label) => (label.status === LabelStatus.rejected ? reject('LABEL_REJECTED', `BillingCompleted for attempt ${event.attempt}, whose labels were rejected`) : accept()),
         VoidReason.billingFailed,
       );
-    case 'BillingRefunded':
-      if (event.payload.reason === 'TASK_CANCELLED') return reject('NOTHING_TO_UNDO', `refund of attempt ${event.attempt} for a cancelled task: TaskCancelled voids the labels`);
-      return onLabel(event, state, () => accept());
+    case 'BillingRefunded': {
+      const reason = event.payload.reason;
+      switch (reason) {
+        case 'TASK_CANCELLED':
+          return reject('NOTHING_TO_UNDO', `refund of attempt ${event.attempt} for a cancelled task: TaskCancelled voids the labels`);
+        case 'ATTEMPT_SUPERSEDED':
+          return onLabel(event, state, () => accept());
+        default: {
+          const unhandled: never = reason;
+          return unhandled;
+        }
+      }
+    }
     default: {
       const unhandled: never = event;
       return unhandled;

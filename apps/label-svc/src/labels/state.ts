@@ -194,10 +194,20 @@ export function evolve(state: LabelTaskState, event: LabelStateEvent): LabelTask
     case 'BillingCompleted':
       // Billing succeeded: after an admin retry (undoing the billing failure) or ahead of QaPassed.
       return updateLabels(state, onAttempt(event.attempt, (l) => toBilled(voidedByBilling(l) || l.status === LabelStatus.submitted ? toStatus(l, LabelStatus.accepted) : l)));
-    case 'BillingRefunded':
-      // A TASK_CANCELLED refund needs nothing here: TaskCancelled voided the labels.
-      if (event.payload.reason !== 'ATTEMPT_SUPERSEDED') return state;
-      return updateLabels(state, onAttempt(event.attempt, (l) => toVoided(l, VoidReason.superseded)));
+    case 'BillingRefunded': {
+      const reason = event.payload.reason;
+      switch (reason) {
+        case 'TASK_CANCELLED':
+          // Nothing to do here: TaskCancelled voided the labels.
+          return state;
+        case 'ATTEMPT_SUPERSEDED':
+          return updateLabels(state, onAttempt(event.attempt, (l) => toVoided(l, VoidReason.superseded)));
+        default: {
+          const unhandled: never = reason;
+          return unhandled;
+        }
+      }
+    }
     default: {
       const unhandled: never = event;
       return unhandled;

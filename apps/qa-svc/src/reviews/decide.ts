@@ -163,9 +163,19 @@ function observe(event: ReviewObservedEvent, state: ReviewTaskState): ReviewDeci
       if (review?.status === ReviewStatus.revoked && review.closeReason === CloseReason.billingFailed) return accept();
       return reject('NOTHING_TO_UNDO', `BillingCompleted for attempt ${event.attempt}: its review is not a pass billing has yet to confirm, nor revoked by a billing failure`);
     }
-    case 'BillingRefunded':
-      if (event.payload.reason === 'TASK_CANCELLED') return reject('NOTHING_TO_UNDO', `refund of attempt ${event.attempt} for a cancelled task: TaskCancelled revokes the review`);
-      return onReview(event, state, ReviewStatus.passed);
+    case 'BillingRefunded': {
+      const reason = event.payload.reason;
+      switch (reason) {
+        case 'TASK_CANCELLED':
+          return reject('NOTHING_TO_UNDO', `refund of attempt ${event.attempt} for a cancelled task: TaskCancelled revokes the review`);
+        case 'ATTEMPT_SUPERSEDED':
+          return onReview(event, state, ReviewStatus.passed);
+        default: {
+          const unhandled: never = reason;
+          return unhandled;
+        }
+      }
+    }
     default: {
       const unhandled: never = event;
       return unhandled;

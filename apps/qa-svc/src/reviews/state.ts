@@ -149,10 +149,20 @@ export function evolve(state: ReviewTaskState, event: ReviewStateEvent): ReviewT
       if (review.status !== ReviewStatus.revoked || review.closeReason !== CloseReason.billingFailed) return state;
       return transition(state, event.attempt, ReviewStatus.revoked, { status: ReviewStatus.passed, closeReason: null, billed: true });
     }
-    case 'BillingRefunded':
-      // A TASK_CANCELLED refund needs nothing here: TaskCancelled revoked the pass.
-      if (event.payload.reason !== 'ATTEMPT_SUPERSEDED') return state;
-      return transition(state, event.attempt, ReviewStatus.passed, close(ReviewStatus.revoked, CloseReason.superseded));
+    case 'BillingRefunded': {
+      const reason = event.payload.reason;
+      switch (reason) {
+        case 'TASK_CANCELLED':
+          // Nothing to do here: TaskCancelled revoked the pass.
+          return state;
+        case 'ATTEMPT_SUPERSEDED':
+          return transition(state, event.attempt, ReviewStatus.passed, close(ReviewStatus.revoked, CloseReason.superseded));
+        default: {
+          const unhandled: never = reason;
+          return unhandled;
+        }
+      }
+    }
     default: {
       const unhandled: never = event;
       return unhandled;
