@@ -16,8 +16,6 @@ export type ReviewCommand =
       readonly reason?: string;
       /** The attempt the reviewer looked at; when given, a decision never lands on another one. */
       readonly attempt?: number;
-      /** When the decision is made: none lands once the review's deadline has passed. */
-      readonly now: Date;
     }
   | { readonly type: 'TimeOutReview'; readonly taskId: TaskId; readonly now: Date }
   | { readonly type: 'Observe'; readonly event: ReviewObservedEvent };
@@ -34,7 +32,6 @@ export const ReviewRejections = {
   NOTHING_TO_UNDO: 'NOTHING_TO_UNDO',
   ALREADY_BILLED: 'ALREADY_BILLED',
   SELF_REVIEW: 'SELF_REVIEW',
-  REVIEW_DEADLINE_PASSED: 'REVIEW_DEADLINE_PASSED',
 } as const;
 export type ReviewRejection = Rejection<(typeof ReviewRejections)[keyof typeof ReviewRejections]>;
 /** What a decision yields: published qa events, plus qa-svc's own unpublished deadline record. */
@@ -113,11 +110,6 @@ function decideReview(command: Extract<ReviewCommand, { type: 'DecideReview' }>,
   // here the four-eyes check below could pass a former holder, so the review is not open yet.
   if (review.attempt > 1 && state.reopenedAttempt < review.attempt) {
     return reject('REVIEW_NOT_FOUND', `the review of attempt ${review.attempt} of task ${command.taskId} opens to decisions once the task's reopen to attempt ${review.attempt} reaches qa-svc (not yet)`);
-  }
-  // The SLA holds whenever the sweeper runs: a verdict after the deadline would pay for work the
-  // saga has to rework (the sweeper, held back while the consumer catches up, may fire later).
-  if (review.deadlineAt !== null && Date.parse(review.deadlineAt) <= command.now.getTime()) {
-    return reject('REVIEW_DEADLINE_PASSED', `the review of attempt ${review.attempt} was due at ${review.deadlineAt}: it times out, and the task is reworked`);
   }
   // Four eyes: whoever labelled or held any attempt of the task never judges it, not even a later attempt.
   if (workedOn(state, String(command.reviewerId))) {

@@ -29,7 +29,6 @@ const statusFor: Record<ReviewRejection['code'], number> = {
   REVIEW_NOT_FOUND: 404,
   REVIEW_ALREADY_DECIDED: 409,
   REVIEW_CLOSED: 409,
-  REVIEW_DEADLINE_PASSED: 409,
   REASON_REQUIRED: 400,
   TASK_CANCELLED: 409,
   // The codes below only answer consumed events and deadlines; listed so every code has a status.
@@ -102,7 +101,7 @@ export function reviewRoutes(app: FastifyInstance, ctx: ServiceContext<QaSvcConf
         if (!projectId) throw new HttpError(404, 'REVIEW_NOT_FOUND', reviewNotFound(taskId).message);
         guard(request, Permission.reviewDecide, projectId, reviewNotFound(taskId));
         return request.idempotent({ input: { taskId, ...body } }, async (tx, key) => {
-          const result = await executeReview(tx, { type: 'DecideReview', taskId, reviewerId, ...body, now: ctx.now() });
+          const result = await executeReview(tx, { type: 'DecideReview', taskId, reviewerId, ...body });
           if (!result.ok) throw new HttpError(statusFor[result.reason.code], result.reason.code, result.reason.message);
           await ctx.emit(tx, result.events, key);
           return { status: 200, body: await latestView(request, taskId, tx, result.state.cancelled) };
