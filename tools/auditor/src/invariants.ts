@@ -76,6 +76,11 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
       const expected = price.get(t.projectId);
       const ok = booked.length === 1 && booked[0]?.[0] === t.attempt && booked[0][1].debit === expected && booked[0][1].credit === expected && booked[0][1].debits === 1;
       if (!ok) flag('BILLED_ONCE', `completed task on attempt ${t.attempt} at price ${expected}: net booked ${JSON.stringify(Object.fromEntries(booked))}`, ids);
+    }
+    // billing-svc's own record of the attempt agrees, also where no money moved (a model's labels at a machine price of 0).
+    if (t.status === 'completed' && s.billings) {
+      const billing = s.billings.find((b) => b.taskId === t.taskId && b.attempt === t.attempt);
+      if (billing?.status !== 'completed') flag('BILLED_ONCE', `completed task's billing of attempt ${t.attempt} is ${billing?.status ?? 'missing'} in billing-svc`, ids);
     } else if (TERMINAL_FAILURES.has(t.status)) {
       if (booked.length > 0) flag('NO_SURVIVING_DEBIT', `${t.status} task still has money booked without refund: ${JSON.stringify(Object.fromEntries(booked))}`, ids);
     } else {
@@ -92,6 +97,7 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
         }
       }
     }
+    checkRecordedEverywhere(s, t, flag);
     if (TERMINAL_FAILURES.has(t.status)) checkCompensated(s, t, flag);
     else {
       checkSupersededUndone(s, t, flag);
@@ -161,6 +167,29 @@ function checkCompensated(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag)
   }
   if (t.status === 'cancelled') {
     for (const a of s.assignments.filter((a) => a.taskId === t.taskId && a.annotatorId !== null)) flag('COMPENSATED', `cancelled task keeps an open assignment to ${a.annotatorId} in label-svc`, ids);
+  }
+}
+
+/**
+ * The services' per-task records that refuse what comes late: a cancellation recorded in each of
+ * them (so no late claim's labels, review or approval acts on the task), and billing-svc knowing
+ * the task's current attempt (so a late approval of a superseded one is refused, not charged). A
+ * compensating event dead-lettered on its way leaves no other trace until the money moves.
+ */
+function checkRecordedEverywhere(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag): void {
+  const ids = { taskId: t.taskId, projectId: t.projectId };
+  const billing = s.billingTasks?.find((b) => b.taskId === t.taskId);
+  if (t.status === 'cancelled') {
+    const missing = [
+      ...(s.billingTasks && billing?.cancelled !== true ? ['billing-svc (a late approval would be charged)'] : []),
+      ...(s.reviewTasks && s.reviewTasks.find((r) => r.taskId === t.taskId)?.cancelled !== true ? ['qa-svc (late labels would open a review)'] : []),
+      ...(s.assignments.some((a) => a.cancelled !== undefined) && s.assignments.find((a) => a.taskId === t.taskId)?.cancelled !== true ? ['label-svc (a late claim would take labels)'] : []),
+    ];
+    for (const where of missing) flag('COMPENSATED', `cancelled task's cancellation is not recorded in ${where}`, ids);
+    return;
+  }
+  if (s.billingTasks && t.attempt > 1 && (billing?.latestAttempt ?? 1) < t.attempt) {
+    flag('COMPENSATED', `billing-svc knows attempt ${billing?.latestAttempt ?? 1} of a task on attempt ${t.attempt}: a late approval of a superseded attempt would be charged`, ids);
   }
 }
 

@@ -252,3 +252,53 @@ describe('the saga invariants for who approved a payment', () => {
     expect(checkInvariants(approved('ann'), options).map((v) => [v.invariant, v.detail])).toEqual([['LEDGER_ATTRIBUTED', 'billing of attempt 1 pays ann for work ann approved']]);
   });
 });
+
+describe('the saga invariants for what each service recorded of a task', () => {
+  const cancelledEverywhere = (): Snapshot => ({
+    ...healthy(),
+    tasks: [{ ...healthy().tasks[0]!, status: 'cancelled' }],
+    labels: [{ taskId: 't1', attempt: 1, status: 'voided' }],
+    assignments: [{ taskId: 't1', attempt: 1, annotatorId: null, cancelled: true }],
+    reviews: [{ taskId: 't1', attempt: 1, status: 'revoked', deadlineAt: null }],
+    reviewTasks: [{ taskId: 't1', cancelled: true }],
+    billingTasks: [{ taskId: 't1', latestAttempt: 1, cancelled: true }],
+    projects: [{ projectId: P, pricePerTask: 100, balance: 1_000 }],
+    ledger: [healthy().ledger[0]!],
+    payouts: [],
+  });
+  const details = (s: Snapshot) => checkInvariants(s, options).map((v) => [v.invariant, v.detail]);
+
+  it('hold for a cancelled task whose cancellation every service recorded', () => {
+    expect(checkInvariants(cancelledEverywhere(), options)).toEqual([]);
+  });
+
+  it('flag a cancelled task a service has no cancellation of (its TaskCancelled dead-lettered), before any late event moves money', () => {
+    const s = cancelledEverywhere();
+    expect(details({ ...s, billingTasks: [] })).toEqual([['COMPENSATED', "cancelled task's cancellation is not recorded in billing-svc (a late approval would be charged)"]]);
+    expect(details({ ...s, reviewTasks: [{ taskId: 't1', cancelled: false }] })).toEqual([['COMPENSATED', "cancelled task's cancellation is not recorded in qa-svc (late labels would open a review)"]]);
+    expect(details({ ...s, assignments: [{ taskId: 't1', attempt: 1, annotatorId: null, cancelled: false }] })).toEqual([['COMPENSATED', "cancelled task's cancellation is not recorded in label-svc (a late claim would take labels)"]]);
+  });
+
+  it('flag a reworked task whose current attempt billing-svc never learnt, so a late approval of the superseded one would be charged', () => {
+    const s = healthy();
+    const reworked = (latestAttempt: number): Snapshot => ({
+      ...s,
+      tasks: [{ ...s.tasks[0]!, status: 'open', attempt: 2 }],
+      labels: [{ taskId: 't1', attempt: 1, status: 'voided' }],
+      reviews: [{ taskId: 't1', attempt: 1, status: 'rejected', deadlineAt: null }],
+      billingTasks: [{ taskId: 't1', latestAttempt, cancelled: false }],
+      projects: [{ projectId: P, pricePerTask: 100, balance: 1_000 }],
+      ledger: [s.ledger[0]!],
+      payouts: [],
+    });
+    expect(checkInvariants(reworked(2), options)).toEqual([]);
+    expect(details(reworked(1))).toEqual([['COMPENSATED', 'billing-svc knows attempt 1 of a task on attempt 2: a late approval of a superseded attempt would be charged']]);
+  });
+
+  it('flag a completed task whose billing-svc record of the attempt is not completed, also where no money moved', () => {
+    const billed = (status: string): Snapshot => ({ ...healthy(), billings: [{ taskId: 't1', attempt: 1, annotatorId: 'ann', status }] });
+    expect(checkInvariants(billed('completed'), options)).toEqual([]);
+    expect(details(billed('failed'))).toEqual([['BILLED_ONCE', "completed task's billing of attempt 1 is failed in billing-svc"]]);
+    expect(details({ ...healthy(), billings: [] })).toEqual([['BILLED_ONCE', "completed task's billing of attempt 1 is missing in billing-svc"]]);
+  });
+});

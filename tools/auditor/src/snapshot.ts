@@ -7,8 +7,13 @@ export interface Snapshot {
   readonly tasks: readonly { taskId: string; projectId: string; status: string; attempt: number; assignee?: string | null; leaseExpiresAt: Date | null; updatedAt: Date }[];
   /** `annotatorId`: who labelled the attempt (a person, or a model's actor id). */
   readonly labels: readonly { taskId: string; attempt: number; status: string; annotatorId?: string }[];
-  readonly assignments: readonly { taskId: string; attempt: number; annotatorId: string | null }[];
+  /** `cancelled`: label-svc recorded the task's cancellation (absent where the snapshot did not read it). */
+  readonly assignments: readonly { taskId: string; attempt: number; annotatorId: string | null; cancelled?: boolean }[];
   readonly reviews: readonly { taskId: string; attempt: number; status: string; deadlineAt: Date | null }[];
+  /** qa-svc's per-task record (`review_tasks`): whether it recorded the cancellation. */
+  readonly reviewTasks?: readonly { taskId: string; cancelled: boolean }[];
+  /** billing-svc's per-task record (`billing_tasks`): the newest attempt it knows and whether it recorded the cancellation. */
+  readonly billingTasks?: readonly { taskId: string; latestAttempt: number; cancelled: boolean }[];
   /** `machinePricePerTask`: what a task a model labelled costs (0 when absent). `currency`: of every amount of the project. */
   readonly projects: readonly { projectId: string; currency?: string; pricePerTask: number; machinePricePerTask?: number; balance: number }[];
   /** Who each billed attempt pays (billing-svc's `billings`): a model's id means the machine rule applies. */
@@ -163,12 +168,13 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
     })(),
     (async () => {
       const labels = await of('label')<{ task_id: string; attempt: number; status: string; annotator_id: string }>('SELECT task_id, attempt, status, annotator_id FROM labels');
-      const assignments = await of('label')<{ task_id: string; attempt: number; annotator_id: string | null }>('SELECT task_id, attempt, annotator_id FROM assignments');
+      const assignments = await of('label')<{ task_id: string; attempt: number; annotator_id: string | null; cancelled: boolean }>('SELECT task_id, attempt, annotator_id, cancelled_at IS NOT NULL AS cancelled FROM assignments');
       return { labels, assignments, unpublished: await outbox('label') };
     })(),
     (async () => {
       const reviews = await of('qa')<{ task_id: string; attempt: number; status: string; deadline_at: Date | null }>('SELECT task_id, attempt, status, deadline_at FROM reviews');
-      return { reviews, unpublished: await outbox('qa') };
+      const reviewTasks = await of('qa')<{ task_id: string; cancelled: boolean }>('SELECT task_id, cancelled_at IS NOT NULL AS cancelled FROM review_tasks');
+      return { reviews, reviewTasks, unpublished: await outbox('qa') };
     })(),
     (async () => {
       const projects = await of('billing')<{ project_id: string; currency: string; price_per_task: string; machine_price_per_task: string; balance: string }>(
@@ -183,14 +189,17 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
       );
       // to_jsonb: a billing database from before payouts had a currency (billing-svc migration 9) reads as one currency.
       const payouts = await of('billing')<{ annotator_id: string; currency: string | null; balance: string }>("SELECT annotator_id, to_jsonb(p) ->> 'currency' AS currency, balance FROM payouts p");
-      return { projects, billings, ledger, payouts, unpublished: await outbox('billing') };
+      const billingTasks = await of('billing')<{ task_id: string; latest_attempt: number; cancelled: boolean }>('SELECT task_id, latest_attempt, cancelled_at IS NOT NULL AS cancelled FROM billing_tasks');
+      return { projects, billings, ledger, payouts, billingTasks, unpublished: await outbox('billing') };
     })(),
   ]);
   return {
     tasks: task.tasks.map((t) => ({ taskId: t.task_id, projectId: t.project_id, status: t.status, attempt: t.attempt, assignee: t.assignee, leaseExpiresAt: t.lease_expires_at, updatedAt: t.updated_at })),
     labels: label.labels.map((l) => ({ taskId: l.task_id, attempt: l.attempt, status: l.status, annotatorId: l.annotator_id })),
-    assignments: label.assignments.map((a) => ({ taskId: a.task_id, attempt: a.attempt, annotatorId: a.annotator_id })),
+    assignments: label.assignments.map((a) => ({ taskId: a.task_id, attempt: a.attempt, annotatorId: a.annotator_id, cancelled: a.cancelled })),
     reviews: qa.reviews.map((r) => ({ taskId: r.task_id, attempt: r.attempt, status: r.status, deadlineAt: r.deadline_at })),
+    reviewTasks: qa.reviewTasks.map((r) => ({ taskId: r.task_id, cancelled: r.cancelled })),
+    billingTasks: billing.billingTasks.map((b) => ({ taskId: b.task_id, latestAttempt: b.latest_attempt, cancelled: b.cancelled })),
     projects: billing.projects.map((p) => ({ projectId: p.project_id, currency: p.currency, pricePerTask: Number(p.price_per_task), machinePricePerTask: Number(p.machine_price_per_task), balance: Number(p.balance) })),
     billings: billing.billings.map((b) => ({ taskId: b.task_id, attempt: b.attempt, annotatorId: b.annotator_id, status: b.status, approvedBy: b.approved_by })),
     ledger: billing.ledger.map((e) => ({ projectId: e.project_id, taskId: e.task_id, attempt: e.attempt, kind: e.kind, annotatorId: e.annotator_id, amount: Number(e.amount) })),
