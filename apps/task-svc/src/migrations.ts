@@ -95,10 +95,11 @@ CREATE TABLE imports (
   },
   {
     version: 8,
-    name: 'whether an attempt of the task was labelled',
-    // Rows from before it cannot tell why they were reopened: every task past its first attempt, or
-    // labelled, counts as labelled, so no reviewer-annotator claims rework whose labels they could read.
-    sql: `ALTER TABLE tasks ADD COLUMN work_submitted boolean NOT NULL DEFAULT false;
-UPDATE tasks SET work_submitted = true WHERE attempt > 1 OR status IN ('labelled', 'in_review', 'approved', 'completed', 'failed');`,
+    name: 'who held the attempts whose labels were submitted',
+    // Rows from before it cannot tell who held their earlier attempts: '' stands for someone
+    // unknown, never a claimant, so no reviewer-annotator claims rework whose labels they could read.
+    sql: `ALTER TABLE tasks ADD COLUMN labelled_by text[] NOT NULL DEFAULT '{}';
+UPDATE tasks SET labelled_by = CASE WHEN attempt > 1 THEN ARRAY['']::text[] ELSE ARRAY[coalesce(assignee, '')]::text[] END
+ WHERE attempt > 1 OR status IN ('labelled', 'in_review', 'approved', 'completed', 'failed');`,
   },
 ];

@@ -76,11 +76,6 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
       const expected = price.get(t.projectId);
       const ok = booked.length === 1 && booked[0]?.[0] === t.attempt && booked[0][1].debit === expected && booked[0][1].credit === expected && booked[0][1].debits === 1;
       if (!ok) flag('BILLED_ONCE', `completed task on attempt ${t.attempt} at price ${expected}: net booked ${JSON.stringify(Object.fromEntries(booked))}`, ids);
-    }
-    // billing-svc's own record of the attempt agrees, also where no money moved (a model's labels at a machine price of 0).
-    if (t.status === 'completed' && s.billings) {
-      const billing = s.billings.find((b) => b.taskId === t.taskId && b.attempt === t.attempt);
-      if (billing?.status !== 'completed') flag('BILLED_ONCE', `completed task's billing of attempt ${t.attempt} is ${billing?.status ?? 'missing'} in billing-svc`, ids);
     } else if (TERMINAL_FAILURES.has(t.status)) {
       if (booked.length > 0) flag('NO_SURVIVING_DEBIT', `${t.status} task still has money booked without refund: ${JSON.stringify(Object.fromEntries(booked))}`, ids);
     } else {
@@ -96,6 +91,11 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
           flag('BILLED_ONCE', `${t.status} task on attempt ${t.attempt} has booked ${JSON.stringify(current)}, not one billing at ${JSON.stringify(expected)}`, ids);
         }
       }
+    }
+    // billing-svc's own record of the attempt agrees, also where no money moved (a model's labels at a machine price of 0).
+    if (t.status === 'completed' && s.billings) {
+      const billing = s.billings.find((b) => b.taskId === t.taskId && b.attempt === t.attempt);
+      if (billing?.status !== 'completed') flag('BILLED_ONCE', `completed task's billing of attempt ${t.attempt} is ${billing?.status ?? 'missing'} in billing-svc`, ids);
     }
     checkRecordedEverywhere(s, t, flag);
     if (TERMINAL_FAILURES.has(t.status)) checkCompensated(s, t, flag);
@@ -298,6 +298,12 @@ function checkNotStuck(s: Snapshot, t: Snapshot['tasks'][number], o: AuditOption
       }
       const live = review.status === 'pending' && review.deadlineAt !== null && review.deadlineAt.getTime() + o.stuckMs >= now;
       if (!live && idle > o.stuckMs) flag('NOT_STUCK', `${t.status} but the review of attempt ${t.attempt} is ${review.status} (deadline ${review.deadlineAt?.toISOString() ?? 'none'})`, ids);
+      // A rework's review opens to decisions once qa-svc has read the reopen that began the attempt
+      // (it names the holders who may not judge it): until then every verdict is "not yet".
+      const reopened = s.reviewTasks?.find((r) => r.taskId === t.taskId)?.reopenedAttempt;
+      if (live && t.attempt > 1 && reopened !== undefined && reopened < t.attempt && idle > o.stuckMs) {
+        flag('NOT_STUCK', `the review of attempt ${t.attempt} waits for qa-svc to read the task's reopen to it (it has read attempt ${reopened}'s; a dead-lettered TaskReopened?): no verdict lands before its deadline times it out`, ids);
+      }
       return;
     }
     case 'approved':

@@ -301,4 +301,23 @@ describe('the saga invariants for what each service recorded of a task', () => {
     expect(details(billed('failed'))).toEqual([['BILLED_ONCE', "completed task's billing of attempt 1 is failed in billing-svc"]]);
     expect(details({ ...healthy(), billings: [] })).toEqual([['BILLED_ONCE', "completed task's billing of attempt 1 is missing in billing-svc"]]);
   });
+
+  it('flag a rework\'s review that no verdict can reach because qa-svc never read the reopen that began its attempt', () => {
+    const s = healthy();
+    const gated = (reopenedAttempt: number, updatedAt: Date): Snapshot => ({
+      ...s,
+      tasks: [{ ...s.tasks[0]!, status: 'in_review', attempt: 2, updatedAt }],
+      labels: [{ taskId: 't1', attempt: 1, status: 'voided' }, { taskId: 't1', attempt: 2, status: 'submitted' }],
+      reviews: [{ taskId: 't1', attempt: 1, status: 'rejected', deadlineAt: null }, { taskId: 't1', attempt: 2, status: 'pending', deadlineAt: ago(-3_600_000) }],
+      reviewTasks: [{ taskId: 't1', cancelled: false, reopenedAttempt }],
+      projects: [{ projectId: P, pricePerTask: 100, balance: 1_000 }],
+      ledger: [s.ledger[0]!],
+      payouts: [],
+    });
+    expect(checkInvariants(gated(2, ago(120_000)), options)).toEqual([]);
+    expect(checkInvariants(gated(1, ago(10_000)), options)).toEqual([]);
+    expect(details(gated(1, ago(120_000)))).toEqual([
+      ['NOT_STUCK', "the review of attempt 2 waits for qa-svc to read the task's reopen to it (it has read attempt 1's; a dead-lettered TaskReopened?): no verdict lands before its deadline times it out"],
+    ]);
+  });
 });

@@ -10,8 +10,8 @@ export interface Snapshot {
   /** `cancelled`: label-svc recorded the task's cancellation (absent where the snapshot did not read it). */
   readonly assignments: readonly { taskId: string; attempt: number; annotatorId: string | null; cancelled?: boolean }[];
   readonly reviews: readonly { taskId: string; attempt: number; status: string; deadlineAt: Date | null }[];
-  /** qa-svc's per-task record (`review_tasks`): whether it recorded the cancellation. */
-  readonly reviewTasks?: readonly { taskId: string; cancelled: boolean }[];
+  /** qa-svc's per-task record (`review_tasks`): whether it recorded the cancellation, and the newest reopen it read (absent: not read). */
+  readonly reviewTasks?: readonly { taskId: string; cancelled: boolean; reopenedAttempt?: number }[];
   /** billing-svc's per-task record (`billing_tasks`): the newest attempt it knows and whether it recorded the cancellation. */
   readonly billingTasks?: readonly { taskId: string; latestAttempt: number; cancelled: boolean }[];
   /** `machinePricePerTask`: what a task a model labelled costs (0 when absent). `currency`: of every amount of the project. */
@@ -173,7 +173,7 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
     })(),
     (async () => {
       const reviews = await of('qa')<{ task_id: string; attempt: number; status: string; deadline_at: Date | null }>('SELECT task_id, attempt, status, deadline_at FROM reviews');
-      const reviewTasks = await of('qa')<{ task_id: string; cancelled: boolean }>('SELECT task_id, cancelled_at IS NOT NULL AS cancelled FROM review_tasks');
+      const reviewTasks = await of('qa')<{ task_id: string; cancelled: boolean; reopened_attempt: number }>('SELECT task_id, cancelled_at IS NOT NULL AS cancelled, reopened_attempt FROM review_tasks');
       return { reviews, reviewTasks, unpublished: await outbox('qa') };
     })(),
     (async () => {
@@ -198,7 +198,7 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
     labels: label.labels.map((l) => ({ taskId: l.task_id, attempt: l.attempt, status: l.status, annotatorId: l.annotator_id })),
     assignments: label.assignments.map((a) => ({ taskId: a.task_id, attempt: a.attempt, annotatorId: a.annotator_id, cancelled: a.cancelled })),
     reviews: qa.reviews.map((r) => ({ taskId: r.task_id, attempt: r.attempt, status: r.status, deadlineAt: r.deadline_at })),
-    reviewTasks: qa.reviewTasks.map((r) => ({ taskId: r.task_id, cancelled: r.cancelled })),
+    reviewTasks: qa.reviewTasks.map((r) => ({ taskId: r.task_id, cancelled: r.cancelled, reopenedAttempt: r.reopened_attempt })),
     billingTasks: billing.billingTasks.map((b) => ({ taskId: b.task_id, latestAttempt: b.latest_attempt, cancelled: b.cancelled })),
     projects: billing.projects.map((p) => ({ projectId: p.project_id, currency: p.currency, pricePerTask: Number(p.price_per_task), machinePricePerTask: Number(p.machine_price_per_task), balance: Number(p.balance) })),
     billings: billing.billings.map((b) => ({ taskId: b.task_id, attempt: b.attempt, annotatorId: b.annotator_id, status: b.status, approvedBy: b.approved_by })),

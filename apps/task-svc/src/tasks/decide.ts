@@ -1,7 +1,7 @@
 import { isMachineActor, type AnnotatorId, type ProjectId, type TaskId } from '@labelflow/contracts';
 import type { Decision, EventDraft, Rejection } from '@labelflow/service-kit';
 import type { BillingCompleted, BillingFailed, QaRejected, QaTimedOut, ReopenReason, TaskCancelled, TaskCompleted, TaskEvent, TaskFailed, TaskReopened } from '@labelflow/contracts';
-import { statusRank, TaskStatus, type ObservedEvent, type TaskState } from './state';
+import { isWorkEvidence, rememberWork, statusRank, TaskStatus, type ObservedEvent, type TaskState } from './state';
 
 export type TaskCommand =
   | { readonly type: 'CreateTask'; readonly taskId: TaskId; readonly projectId: ProjectId; readonly title: string; readonly dataUri: string; readonly taskNumber?: string; readonly createdBy?: string }
@@ -11,7 +11,7 @@ export type TaskCommand =
       readonly annotatorId: AnnotatorId;
       readonly now: Date;
       readonly leaseMs: number;
-      /** Whether the claimant's roles let them read other people's labels of the task (review.decide, people.read). */
+      /** Whether the claimant's roles let them read other people's labels of the task (review.decide: label-svc's labels read). */
       readonly readsOthersWork?: boolean;
     }
   | { readonly type: 'ExpireLease'; readonly taskId: TaskId; readonly now: Date; readonly graceMs: number }
@@ -66,10 +66,11 @@ export function decide(command: TaskCommand, state: TaskState | null): TaskDecis
       if (state.rejectedBy.includes(command.annotatorId)) {
         return reject('FORMER_REVIEWER', `${command.annotatorId} rejected an earlier attempt of this task and may not claim it`);
       }
-      // The same for whoever could read an earlier attempt's labels without rejecting them: a
-      // reviewer who sat on a review until it timed out, a manager on the timeline.
-      if (command.readsOthersWork === true && state.workSubmitted) {
-        return reject('MAY_READ_EARLIER_WORK', `${command.annotatorId} may read the labels of an earlier attempt of this task (as its reviewer, manager or owner) and may not claim its rework`);
+      // The same for whoever could read someone else's labels of an earlier attempt without
+      // rejecting them (a reviewer who sat on the review until it timed out, a manager): their own
+      // earlier work they may redo.
+      if (command.readsOthersWork === true && state.labelledBy.some((who) => who !== command.annotatorId)) {
+        return reject('MAY_READ_EARLIER_WORK', `${command.annotatorId} may read labels someone else submitted for an earlier attempt of this task (as its reviewer, manager or owner) and may not claim its rework`);
       }
       const leaseExpiresAt = new Date(command.now.getTime() + command.leaseMs).toISOString();
       return accept({ type: 'TaskAssigned', version: 1, taskId: state.taskId, projectId: state.projectId, attempt: state.attempt, payload: { annotatorId: command.annotatorId, leaseExpiresAt } });
@@ -113,9 +114,13 @@ function cancel(command: Extract<TaskCommand, { type: 'CancelTask' }>, state: Ta
 function observe(event: ObservedEvent, state: TaskState | null): TaskDecision {
   if (!state) return reject('TASK_NOT_FOUND', `${event.type} for unknown task ${event.taskId}`);
   if (state.status === TaskStatus.cancelled) return reject('TASK_CANCELLED', `${event.type} after the task was cancelled`);
-  // A rejection of an attempt already reopened (an expired lease overtook the verdict) moves
-  // nothing, but its reviewer saw that work all the same: remembered, so they cannot claim the rework.
-  if (event.type === 'QaRejected' && event.attempt < state.attempt && !state.rejectedBy.includes(event.payload.reviewerId)) return accept();
+  // An event of an attempt already reopened (an expired lease overtook it) moves nothing, but it
+  // tells who did that attempt's work, and who rejected it: remembered, so that nobody who could
+  // read the work copies it into the rework.
+  if (event.attempt < state.attempt && isWorkEvidence(event)) {
+    const rejecter = event.type === 'QaRejected' && !state.rejectedBy.includes(event.payload.reviewerId);
+    if (rejecter || rememberWork(state, event) !== state) return accept();
+  }
   // Only the current attempt moves the task; this also stops a late or duplicate QaRejected for an
   // attempt that was already reopened from reopening the task a second time.
   if (event.attempt !== state.attempt) return reject('STALE_ATTEMPT', `${event.type} is for attempt ${event.attempt}, task is on attempt ${state.attempt}`);

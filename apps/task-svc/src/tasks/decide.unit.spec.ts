@@ -92,15 +92,41 @@ describe('task-svc: claiming a task', () => {
     expect(decide(readerClaims, given(taskCreated(), taskAssigned(alice), taskReopened(2, alice, 'QA_REJECTED')))).toMatchObject({ ok: false, reason: { code: 'MAY_READ_EARLIER_WORK' } });
   });
 
-  it('lets a reviewer-annotator claim a first attempt, and the rework of an attempt whose lease expired unlabelled', () => {
+  it('lets a reviewer-annotator claim a first attempt, the rework of an attempt whose lease expired unlabelled, and the rework of their own labels', () => {
     const readerClaims = (annotatorId: AnnotatorId) => ({ ...claim(annotatorId), readsOthersWork: true }) as TaskCommand;
 
     expect(decide(readerClaims(bob), given(taskCreated()))).toEqual({ ok: true, events: [taskAssigned(bob)] });
     const reopenedByLease = given(taskCreated(), taskAssigned(alice), taskReopened(2, alice, 'LEASE_EXPIRED'));
-    expect(reopenedByLease).toMatchObject({ workSubmitted: false });
+    expect(reopenedByLease).toMatchObject({ labelledBy: [] });
     expect(decide(readerClaims(bob), reopenedByLease)).toEqual({ ok: true, events: [taskAssigned(bob, 2)] });
-    // Labels of an attempt already reopened are stale and show nothing new to task-svc.
-    expect(decide(observe(labelSubmitted(1)), reopenedByLease)).toMatchObject({ ok: false, reason: { code: 'STALE_ATTEMPT' } });
+    const ownWorkRejected = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted(), qaRejected(), taskReopened(2));
+    expect(ownWorkRejected).toMatchObject({ labelledBy: [alice] });
+    expect(decide(readerClaims(alice), ownWorkRejected)).toEqual({ ok: true, events: [taskAssigned(alice, 2)] });
+  });
+
+  it('learns of labels that an expired lease overtook from their late events, so whoever could read them cannot claim the rework', () => {
+    const readerClaims = { ...claim(bob), readsOthersWork: true } as TaskCommand;
+    const reopenedByLease = given(taskCreated(), taskAssigned(alice), taskReopened(2, alice, 'LEASE_EXPIRED'));
+    // label-svc took alice's labels inside her lease; they reached task-svc after the sweeper's reopen.
+    const { decision, state } = when(reopenedByLease, observe(labelSubmitted(1)));
+    expect(decision).toEqual({ ok: true, events: [] });
+    expect(state).toEqual({ ...reopenedByLease, labelledBy: [alice] });
+    expect(decide(readerClaims, state!)).toMatchObject({ ok: false, reason: { code: 'MAY_READ_EARLIER_WORK' } });
+    // Read again, or followed by its review's events, it tells nothing new: stale as before.
+    expect(rejectionCode(decide(observe(labelSubmitted(1)), state!))).toBe('STALE_ATTEMPT');
+    expect(rejectionCode(decide(observe(qaStarted(1)), state!))).toBe('STALE_ATTEMPT');
+    // A review event alone tells it too; a model named there is not the holder, who is learnt elsewhere.
+    expect(when(reopenedByLease, observe(qaStarted(1))).state).toMatchObject({ labelledBy: [alice] });
+    expect(rejectionCode(decide(observe(qaStarted(1, 'model.cats@1' as AnnotatorId)), reopenedByLease))).toBe('STALE_ATTEMPT');
+  });
+
+  it('counts a model\'s labels as the work of whoever held the attempt', () => {
+    const model = 'model.cats@1' as AnnotatorId;
+    const machineLabels: EventDraft<LabelSubmitted> = { ...labelSubmitted(1, model), payload: { ...labelSubmitted(1, model).payload, heldBy: alice } };
+    const state = given(taskCreated(), taskAssigned(alice), machineLabels, qaStarted(1, model), qaRejected(1, model), taskReopened(2));
+    expect(state).toMatchObject({ labelledBy: [alice] });
+    expect(decide({ ...claim(alice), readsOthersWork: true } as TaskCommand, state)).toEqual({ ok: true, events: [taskAssigned(alice, 2)] });
+    expect(decide({ ...claim(bob), readsOthersWork: true } as TaskCommand, state)).toMatchObject({ ok: false, reason: { code: 'MAY_READ_EARLIER_WORK' } });
   });
 
   it('remembers the rejecting reviewer when QA rejects through the consumer, and one whose rejection of an earlier attempt comes late, but none of a later attempt', () => {

@@ -160,7 +160,7 @@ describe('task-svc task repository', () => {
     leaseExpiresAt: null,
     reason: null,
     rejectedBy: [],
-    workSubmitted: false,
+    labelledBy: [],
     version: 1,
     ...over,
   });
@@ -198,16 +198,16 @@ describe('task-svc task repository', () => {
     expect((await loadTask(pool, task.taskId))?.rejectedBy).toEqual([]);
   });
 
-  it('keeps whether an attempt was labelled through a single save and a batch save', async () => {
+  it('keeps who did the labelled attempts through a single save and a batch save, in order, with rejected_by beside it', async () => {
     const task = await created();
-    expect((await loadTask(pool, task.taskId))?.workSubmitted).toBe(false);
-    const labelled = { ...task, status: 'labelled' as const, workSubmitted: true };
+    expect((await loadTask(pool, task.taskId))?.labelledBy).toEqual([]);
+    const labelled = { ...task, status: 'labelled' as const, labelledBy: ['ann-1'], rejectedBy: ['rev-1'] };
     await withTransaction(pool, (tx) => saveTasks(tx, [{ before: task, after: labelled }]));
-    expect(await loadTask(pool, task.taskId)).toMatchObject({ workSubmitted: true, version: 2 });
-    await saveTask(pool, { ...labelled, workSubmitted: false }, 2);
-    expect((await loadTask(pool, task.taskId))?.workSubmitted).toBe(false);
-    const created2 = await created({ workSubmitted: true });
-    expect((await loadTask(pool, created2.taskId))?.workSubmitted).toBe(true);
+    expect(await loadTask(pool, task.taskId)).toMatchObject({ labelledBy: ['ann-1'], rejectedBy: ['rev-1'], version: 2 });
+    await saveTask(pool, { ...labelled, labelledBy: ['ann-1', 'ann.2@example.org', ''] }, 2);
+    expect((await loadTask(pool, task.taskId))?.labelledBy).toEqual(['ann-1', 'ann.2@example.org', '']);
+    const createdLabelled = await created({ labelledBy: ['ann-3'] });
+    expect((await loadTask(pool, createdLabelled.taskId))?.labelledBy).toEqual(['ann-3']);
   });
 
   it('refuses a save from a version that is no longer current with a retriable CONCURRENT_UPDATE, writing nothing', async () => {

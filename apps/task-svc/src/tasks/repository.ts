@@ -15,7 +15,7 @@ interface TaskRow {
   lease_expires_at: Date | null;
   reason: string | null;
   rejected_by: string[];
-  work_submitted: boolean;
+  labelled_by: string[];
   version: number;
   created_at: Date;
   updated_at: Date;
@@ -35,7 +35,7 @@ const toState = (r: TaskRow): TaskRecord => ({
   leaseExpiresAt: r.lease_expires_at?.toISOString() ?? null,
   reason: r.reason,
   rejectedBy: r.rejected_by,
-  workSubmitted: r.work_submitted,
+  labelledBy: r.labelled_by,
   version: r.version,
   createdAt: r.created_at,
   updatedAt: r.updated_at,
@@ -63,10 +63,10 @@ export async function saveTasks(tx: Queryable, changes: readonly { readonly befo
   for (const { before, after } of changes) if (!before && after) await saveTask(tx, after, null);
   if (updates.length === 0) return;
   const result = await tx.query(
-    // rejected_by is a list per task: each element of $8 is that task's list as an array literal.
+    // rejected_by and labelled_by are lists per task: each element of $8 and $9 is that task's list as an array literal.
     `UPDATE tasks t SET status = u.status, attempt = u.attempt, assignee = u.assignee, lease_expires_at = u.lease_expires_at, reason = u.reason,
-       rejected_by = u.rejected_by::text[], work_submitted = u.work_submitted, version = t.version + 1, updated_at = now()
-     FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::text[], $7::int[], $8::text[], $9::boolean[]) AS u(task_id, status, attempt, assignee, lease_expires_at, reason, version, rejected_by, work_submitted)
+       rejected_by = u.rejected_by::text[], labelled_by = u.labelled_by::text[], version = t.version + 1, updated_at = now()
+     FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::text[], $7::int[], $8::text[], $9::text[]) AS u(task_id, status, attempt, assignee, lease_expires_at, reason, version, rejected_by, labelled_by)
      WHERE t.task_id = ANY($1::text[]) AND t.task_id = u.task_id AND t.version = u.version`,
     [
       updates.map((u) => u.next.taskId),
@@ -77,7 +77,7 @@ export async function saveTasks(tx: Queryable, changes: readonly { readonly befo
       updates.map((u) => u.next.reason),
       updates.map((u) => u.version),
       updates.map((u) => pgArray(u.next.rejectedBy)),
-      updates.map((u) => u.next.workSubmitted),
+      updates.map((u) => pgArray(u.next.labelledBy)),
     ],
   );
   if (result.rowCount !== updates.length) {
@@ -131,16 +131,16 @@ export async function listTasks(db: Queryable, filter: TaskListFilter): Promise<
 export async function saveTask(db: Queryable, next: TaskState, previousVersion: number | null): Promise<TaskRecord> {
   if (previousVersion === null) {
     const { rows } = await db.query<TaskRow>(
-      `INSERT INTO tasks (task_id, project_id, title, data_uri, task_number, status, attempt, assignee, lease_expires_at, reason, rejected_by, work_submitted, version)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, 1) RETURNING *`,
-      [next.taskId, next.projectId, next.title, next.dataUri, next.taskNumber, next.status, next.attempt, next.assignee, next.leaseExpiresAt, next.reason, pgArray(next.rejectedBy), next.workSubmitted],
+      `INSERT INTO tasks (task_id, project_id, title, data_uri, task_number, status, attempt, assignee, lease_expires_at, reason, rejected_by, labelled_by, version)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12::text[], 1) RETURNING *`,
+      [next.taskId, next.projectId, next.title, next.dataUri, next.taskNumber, next.status, next.attempt, next.assignee, next.leaseExpiresAt, next.reason, pgArray(next.rejectedBy), pgArray(next.labelledBy)],
     );
     return toState(rows[0] as TaskRow);
   }
   const { rows } = await db.query<TaskRow>(
-    `UPDATE tasks SET status = $2, attempt = $3, assignee = $4, lease_expires_at = $5, reason = $6, rejected_by = $8::text[], work_submitted = $9, version = version + 1, updated_at = now()
+    `UPDATE tasks SET status = $2, attempt = $3, assignee = $4, lease_expires_at = $5, reason = $6, rejected_by = $8::text[], labelled_by = $9::text[], version = version + 1, updated_at = now()
      WHERE task_id = $1 AND version = $7 RETURNING *`,
-    [next.taskId, next.status, next.attempt, next.assignee, next.leaseExpiresAt, next.reason, previousVersion, pgArray(next.rejectedBy), next.workSubmitted],
+    [next.taskId, next.status, next.attempt, next.assignee, next.leaseExpiresAt, next.reason, previousVersion, pgArray(next.rejectedBy), pgArray(next.labelledBy)],
   );
   const [saved] = rows;
   if (!saved) {

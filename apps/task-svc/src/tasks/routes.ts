@@ -128,8 +128,8 @@ export function taskRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcConf
     const task = await authorizedTask(ctx, request, taskId, Permission.taskClaim);
     actorMustBeCaller(request, body?.annotatorId, 'annotatorId');
     const annotatorId = request.principal.subject as AnnotatorId;
-    // The rights that show other people's labels of the task (label-svc's labels read, the timeline).
-    const readsOthersWork = can(request.principal, Permission.reviewDecide, task.projectId) || can(request.principal, Permission.peopleRead, task.projectId);
+    // The right that shows other people's labels of the task (label-svc's labels read).
+    const readsOthersWork = can(request.principal, Permission.reviewDecide, task.projectId);
     // The clock is read once the key is claimed, not before a wait on Redis or on the key: the
     // lease runs from when the claim is decided.
     // No body, `{}` and the caller's own annotatorId are one claim.

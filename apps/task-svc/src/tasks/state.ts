@@ -1,4 +1,4 @@
-import type { AnnotatorId, BillingCompleted, BillingFailed, LabelSubmitted, ProjectId, QaPassed, QaRejected, QaStarted, QaTimedOut, TaskEvent, TaskId } from '@labelflow/contracts';
+import { isMachineActor, type AnnotatorId, type BillingCompleted, BillingFailed, LabelSubmitted, ProjectId, QaPassed, QaRejected, QaStarted, QaTimedOut, TaskEvent, TaskId } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
 
 export const TaskStatus = {
@@ -50,11 +50,13 @@ export interface TaskState {
    */
   readonly rejectedBy: readonly string[];
   /**
-   * Whether labels of an attempt were submitted. Reviewers, managers and owners can read them (to
-   * judge them, or on the timeline), so once set none of them claims a later attempt: they could
-   * submit that work as theirs and be paid for it, as `rejectedBy` keeps a rejecting reviewer from doing.
+   * Who held the attempts whose labels were submitted (a model's labels count for the person who
+   * held the attempt; '' for someone unknown, on rows from before task-svc's migration 8).
+   * Reviewers, managers and owners can read those labels, so none of them claims a later attempt
+   * of work someone else did: they could submit it as theirs and be paid for it, as `rejectedBy`
+   * keeps a rejecting reviewer from doing.
    */
-  readonly workSubmitted: boolean;
+  readonly labelledBy: readonly string[];
   /** Optimistic concurrency: bumped on every save, checked by compare-and-set. */
   readonly version: number;
 }
@@ -62,6 +64,26 @@ export interface TaskState {
 /** Events the task's state is folded from: its own, and the saga steps it observes. */
 export type ObservedEvent = EventDraft<LabelSubmitted | QaStarted | QaPassed | QaRejected | QaTimedOut | BillingCompleted | BillingFailed>;
 export type TaskStateEvent = EventDraft<TaskEvent> | ObservedEvent;
+
+/** The events that show an attempt's labels were submitted, whichever attempt they are of. */
+export type WorkEvidence = EventDraft<LabelSubmitted | QaStarted | QaPassed | QaRejected | QaTimedOut>;
+export const isWorkEvidence = (event: TaskStateEvent): event is WorkEvidence =>
+  event.type === 'LabelSubmitted' || event.type === 'QaStarted' || event.type === 'QaPassed' || event.type === 'QaRejected' || event.type === 'QaTimedOut';
+
+/**
+ * Who held the attempt whose labels the event shows. qa-svc's events name a model for a model's
+ * labels: the person who held that attempt comes from its LabelSubmitted (`heldBy`) or its reopen.
+ */
+const workerOf = (event: WorkEvidence): string | undefined => {
+  if (event.type === 'LabelSubmitted') return event.payload.heldBy ?? event.payload.annotatorId;
+  return isMachineActor(event.payload.annotatorId) ? undefined : event.payload.annotatorId;
+};
+
+/** Remembers who did the work the event shows, for the current attempt or an earlier one; the same state when known. */
+export const rememberWork = (state: TaskState, event: WorkEvidence): TaskState => {
+  const who = event.attempt <= state.attempt ? workerOf(event) : undefined;
+  return who === undefined || state.labelledBy.includes(who) ? state : { ...state, labelledBy: [...state.labelledBy, who] };
+};
 
 /** Moves status forward for the current attempt only: an event of an older attempt is stale. */
 const advance = (state: TaskState, attempt: number, to: TaskStatus): TaskState =>
@@ -81,7 +103,7 @@ export function evolve(state: TaskState | null, event: TaskStateEvent): TaskStat
       leaseExpiresAt: null,
       reason: null,
       rejectedBy: [],
-      workSubmitted: false,
+      labelledBy: [],
       version: 0,
     };
   }
@@ -95,28 +117,34 @@ export function evolve(state: TaskState | null, event: TaskStateEvent): TaskStat
       // A replayed or late reopen must not reset an attempt that has already moved on.
       if (event.attempt <= state.attempt || state.status === TaskStatus.cancelled) return state;
       // A review's verdict or timeout reopens labelled work, even when its LabelSubmitted has not
-      // reached task-svc yet (it travels on another topic, and would then be stale).
+      // reached task-svc yet (it travels on another topic); its holder did that work ('' if unknown).
       const reviewed = event.payload.reason === 'QA_REJECTED' || event.payload.reason === 'QA_TIMED_OUT';
-      return { ...state, status: TaskStatus.open, attempt: event.attempt, assignee: null, leaseExpiresAt: null, workSubmitted: state.workSubmitted || reviewed };
+      const holder = event.payload.previousAnnotatorId ?? '';
+      const labelledBy = reviewed && !state.labelledBy.includes(holder) ? [...state.labelledBy, holder] : state.labelledBy;
+      return { ...state, status: TaskStatus.open, attempt: event.attempt, assignee: null, leaseExpiresAt: null, labelledBy };
     }
     case 'TaskFailed':
       return { ...state, status: TaskStatus.failed, reason: event.payload.detail };
     case 'TaskCancelled':
       return { ...state, status: TaskStatus.cancelled, leaseExpiresAt: null, reason: event.payload.reason };
-    case 'LabelSubmitted': {
-      const advanced = advance(state, event.attempt, TaskStatus.labelled);
-      return advanced.workSubmitted || event.attempt !== state.attempt ? advanced : { ...advanced, workSubmitted: true };
-    }
+    // Each also tells who did an attempt's work, of an attempt already reopened too (decide lets
+    // such an event in for this alone: an expired lease may overtake labels still on their way).
+    case 'LabelSubmitted':
+      return rememberWork(advance(state, event.attempt, TaskStatus.labelled), event);
     case 'QaStarted':
-      return advance(state, event.attempt, TaskStatus.inReview);
+      return rememberWork(advance(state, event.attempt, TaskStatus.inReview), event);
     case 'QaPassed':
-      return advance(state, event.attempt, TaskStatus.approved);
-    case 'QaRejected':
+      return rememberWork(advance(state, event.attempt, TaskStatus.approved), event);
+    case 'QaRejected': {
       // The status changes through the TaskReopened decided alongside; the reviewer is remembered,
-      // also for an attempt already reopened (decide lets such a rejection in for this alone).
-      if (event.attempt > state.attempt || state.rejectedBy.includes(event.payload.reviewerId)) return state;
-      return { ...state, rejectedBy: [...state.rejectedBy, event.payload.reviewerId] };
+      // also for an attempt already reopened.
+      if (event.attempt > state.attempt) return state;
+      const remembered = rememberWork(state, event);
+      return remembered.rejectedBy.includes(event.payload.reviewerId) ? remembered : { ...remembered, rejectedBy: [...remembered.rejectedBy, event.payload.reviewerId] };
+    }
     case 'QaTimedOut':
+      // The task changes through the TaskReopened decided alongside.
+      return rememberWork(state, event);
     case 'BillingFailed':
       // These change the task only through the event decided alongside (TaskReopened, TaskFailed).
       return state;

@@ -81,16 +81,21 @@ function keepTables<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, e
   let told = false;
   schedule(lifecycle, 'table-upkeep', everyMs, async (signal) => {
     const client = await ctx.pool.connect();
+    if (signal.aborted) return client.release();
     // A VACUUM of a large table can outlast the close's budget, and its connection would keep the
-    // pool from ending: the close cancels it (the next round starts over).
-    const cancel = () => void ctx.pool.query('SELECT pg_cancel_backend($1)', [(client as unknown as { processID: number }).processID]).catch(() => undefined);
+    // pool from ending: the close cancels it (the next round starts over). The cancel names the
+    // backend by pid, so the connection is destroyed, not lent again, once a cancel was sent: a
+    // late cancel must not hit whatever statement its next borrower runs.
+    let cancelled: Promise<unknown> | undefined;
+    const cancel = () => (cancelled = ctx.pool.query('SELECT pg_cancel_backend($1)', [(client as unknown as { processID: number }).processID]).catch(() => undefined));
     signal.addEventListener('abort', cancel, { once: true });
     let tables: Awaited<ReturnType<typeof upkeepTables>>;
     try {
       tables = await upkeepTables(client);
     } finally {
       signal.removeEventListener('abort', cancel);
-      client.release();
+      await cancelled;
+      client.release(cancelled !== undefined);
     }
     for (const { table, vacuum } of tables) visits.inc({ table, kind: vacuum ? 'vacuum' : 'analyze' });
     if (tables.length === 0) return;
