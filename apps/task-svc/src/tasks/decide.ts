@@ -12,7 +12,7 @@ export type TaskCommand =
       readonly now: Date;
       readonly leaseMs: number;
       /** Whether the claimant's roles let them read other people's labels of the task (review.decide: label-svc's labels read). */
-      readonly readsOthersWork?: boolean;
+      readonly readsOthersWork: boolean;
     }
   | { readonly type: 'ExpireLease'; readonly taskId: TaskId; readonly now: Date; readonly graceMs: number }
   | { readonly type: 'CancelTask'; readonly taskId: TaskId; readonly reason: string; readonly cancelledBy: string }
@@ -69,7 +69,7 @@ export function decide(command: TaskCommand, state: TaskState | null): TaskDecis
       // The same for whoever could read someone else's labels of an earlier attempt without
       // rejecting them (a reviewer who sat on the review until it timed out, a manager): their own
       // earlier work they may redo.
-      if (command.readsOthersWork === true && state.labelledBy.some((who) => who !== command.annotatorId)) {
+      if (command.readsOthersWork && state.labelledBy.some((who) => who !== command.annotatorId)) {
         return reject('MAY_READ_EARLIER_WORK', `${command.annotatorId} may read labels someone else submitted for an earlier attempt of this task (as its reviewer, manager or owner) and may not claim its rework`);
       }
       const leaseExpiresAt = new Date(command.now.getTime() + command.leaseMs).toISOString();

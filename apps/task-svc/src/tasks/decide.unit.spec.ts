@@ -43,7 +43,7 @@ const taskCompleted = (attempt = 1, annotatorId: AnnotatorId = alice): EventDraf
 const { given, givenFrom, when, rejectionCode } = deciderSpec({ decide, evolve }, { initial: () => null, observed: (c) => (c.type === 'Observe' ? [c.event] : []) });
 const observe = (event: ObservedEvent): TaskCommand => ({ type: 'Observe', event });
 const now = new Date('2026-01-01T00:00:00.000Z');
-const claim = (annotatorId: AnnotatorId): TaskCommand => ({ type: 'ClaimTask', taskId, annotatorId, now, leaseMs: 60_000 });
+const claim = (annotatorId: AnnotatorId, readsOthersWork = false): TaskCommand => ({ type: 'ClaimTask', taskId, annotatorId, now, leaseMs: 60_000, readsOthersWork });
 
 describe('task-svc: creating a task', () => {
   it('emits TaskCreated for attempt 1 when the task does not exist yet', () => {
@@ -82,7 +82,7 @@ describe('task-svc: claiming a task', () => {
 
   it('refuses the rework to whoever may read the labels of an earlier attempt (a reviewer who let the review time out, a manager), with MAY_READ_EARLIER_WORK', () => {
     const reopenedAfterTimeout = given(taskCreated(), taskAssigned(alice), labelSubmitted(), qaStarted(), taskReopened(2, alice, 'QA_TIMED_OUT'));
-    const readerClaims = { ...claim(bob), readsOthersWork: true } as TaskCommand;
+    const readerClaims = claim(bob, true);
 
     expect(decide(readerClaims, reopenedAfterTimeout)).toMatchObject({ ok: false, reason: { code: 'MAY_READ_EARLIER_WORK' } });
     expect(decide(claim(bob), reopenedAfterTimeout)).toEqual({ ok: true, events: [taskAssigned(bob, 2)] });
@@ -93,7 +93,7 @@ describe('task-svc: claiming a task', () => {
   });
 
   it('lets a reviewer-annotator claim a first attempt, the rework of an attempt whose lease expired unlabelled, and the rework of their own labels', () => {
-    const readerClaims = (annotatorId: AnnotatorId) => ({ ...claim(annotatorId), readsOthersWork: true }) as TaskCommand;
+    const readerClaims = (annotatorId: AnnotatorId) => claim(annotatorId, true);
 
     expect(decide(readerClaims(bob), given(taskCreated()))).toEqual({ ok: true, events: [taskAssigned(bob)] });
     const reopenedByLease = given(taskCreated(), taskAssigned(alice), taskReopened(2, alice, 'LEASE_EXPIRED'));
@@ -105,7 +105,7 @@ describe('task-svc: claiming a task', () => {
   });
 
   it('learns of labels that an expired lease overtook from their late events, so whoever could read them cannot claim the rework', () => {
-    const readerClaims = { ...claim(bob), readsOthersWork: true } as TaskCommand;
+    const readerClaims = claim(bob, true);
     const reopenedByLease = given(taskCreated(), taskAssigned(alice), taskReopened(2, alice, 'LEASE_EXPIRED'));
     // label-svc took alice's labels inside her lease; they reached task-svc after the sweeper's reopen.
     const { decision, state } = when(reopenedByLease, observe(labelSubmitted(1)));
@@ -125,8 +125,8 @@ describe('task-svc: claiming a task', () => {
     const machineLabels: EventDraft<LabelSubmitted> = { ...labelSubmitted(1, model), payload: { ...labelSubmitted(1, model).payload, heldBy: alice } };
     const state = given(taskCreated(), taskAssigned(alice), machineLabels, qaStarted(1, model), qaRejected(1, model), taskReopened(2));
     expect(state).toMatchObject({ labelledBy: [alice] });
-    expect(decide({ ...claim(alice), readsOthersWork: true } as TaskCommand, state)).toEqual({ ok: true, events: [taskAssigned(alice, 2)] });
-    expect(decide({ ...claim(bob), readsOthersWork: true } as TaskCommand, state)).toMatchObject({ ok: false, reason: { code: 'MAY_READ_EARLIER_WORK' } });
+    expect(decide(claim(alice, true), state)).toEqual({ ok: true, events: [taskAssigned(alice, 2)] });
+    expect(decide(claim(bob, true), state)).toMatchObject({ ok: false, reason: { code: 'MAY_READ_EARLIER_WORK' } });
   });
 
   it('remembers the rejecting reviewer when QA rejects through the consumer, and one whose rejection of an earlier attempt comes late, but none of a later attempt', () => {

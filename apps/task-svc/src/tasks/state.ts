@@ -1,4 +1,4 @@
-import { isMachineActor, type AnnotatorId, type BillingCompleted, BillingFailed, LabelSubmitted, ProjectId, QaPassed, QaRejected, QaStarted, QaTimedOut, TaskEvent, TaskId } from '@labelflow/contracts';
+import { isMachineActor, type AnnotatorId, type BillingCompleted, type BillingFailed, type LabelSubmitted, type ProjectId, type QaPassed, type QaRejected, type QaStarted, type QaTimedOut, type TaskEvent, type TaskId } from '@labelflow/contracts';
 import type { EventDraft } from '@labelflow/service-kit';
 
 export const TaskStatus = {
