@@ -16,6 +16,12 @@ export const PlumbingErrors = {
    * (it caught the error). Nothing was written, so the caller must not act as if it had.
    */
   TRANSACTION_ROLLED_BACK: 'PLUMBING_TRANSACTION_ROLLED_BACK',
+  /**
+   * A pool connection waited for an answer that is not coming (its backend is idle or gone, or the
+   * server is out of reach) and was closed (`watchStalledConnections`). Retriable: the same work
+   * succeeds on a new connection once the server answers again.
+   */
+  CONNECTION_STALLED: 'PLUMBING_CONNECTION_STALLED',
   /** Options out of range: a lock timeout, a breaker threshold or open period, a latency budget. */
   CONFIG_INVALID: 'PLUMBING_CONFIG_INVALID',
 } as const;

@@ -7,3 +7,4 @@ export * from './transaction';
 export * from './breaker';
 export * from './lua';
 export * from './redis-guard';
+export * from './stall-watch';

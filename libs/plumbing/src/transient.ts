@@ -1,3 +1,4 @@
+import { PlumbingErrors } from './errors';
 import { isStalePreparedStatement } from './prepared';
 
 /**
@@ -21,7 +22,7 @@ const TRANSIENT_NET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 
 export function isTransientDbError(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
   const { code, message } = error as { code?: unknown; message?: unknown };
-  if (typeof code === 'string' && (TRANSIENT_SQLSTATE.test(code) || TRANSIENT_NET_CODES.has(code))) return true;
+  if (typeof code === 'string' && (TRANSIENT_SQLSTATE.test(code) || TRANSIENT_NET_CODES.has(code) || code === PlumbingErrors.CONNECTION_STALLED)) return true;
   // A prepared statement another instance's migration outdated: its connection is closed on
   // release (usePreparedStatements), and the same work succeeds on the next one.
   if (isStalePreparedStatement(error)) return true;

@@ -106,6 +106,12 @@ export const BaseConfig = z.object({
    * default and on in every test (libs/testing), where the mistake is found.
    */
   DB_REFUSE_NESTED_CONNECTIONS: z.enum(['true', 'false']).default('false').transform((v) => v === 'true'),
+  /**
+   * A database statement with no answer for this long has its session looked up over a fresh
+   * connection; the connection is closed when the server says the answer is not coming or cannot
+   * be reached (createPool's `stallMs`). 0: off, for a transaction-mode pooler in between.
+   */
+  DB_STALL_MS: z.coerce.number().int().min(0).max(3_600_000).default(10_000),
   /** How often durable deadlines (assignment leases, review SLAs) are checked. */
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(10).max(3_600_000).default(1_000),
   /** Fault injection for crash tests; never set in production. */

@@ -1,6 +1,7 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createTestDatabase, uniqueName } from '@labelflow/testing';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { PlumbingErrors, type BackendState } from '@labelflow/plumbing';
+import { createTestDatabase, startTcpProxy, uniqueName, type TcpProxy } from '@labelflow/testing';
 import { createPool, isTransientDbError, withTransaction, type Pool } from './db';
 
 const infra = inject('infra');
@@ -72,6 +73,109 @@ describe('the service pool', () => {
   it('still serves queries outside transactions, also right after one ended', async () => {
     await withTransaction(pool, async (tx) => tx.query('SELECT 1'));
     expect((await pool.query<{ two: number }>('SELECT 2 AS two')).rows[0]?.two).toBe(2);
+  });
+});
+
+describe('a statement whose answer is not coming', () => {
+  let proxy: TcpProxy;
+  let dbUrl: string;
+  let proxied: string;
+  let drop: () => Promise<void>;
+  let pool: Pool | undefined;
+  const stalls: { readonly pid: number | null; readonly state: BackendState; readonly waitedMs: number }[] = [];
+  beforeAll(async () => {
+    const db = await createTestDatabase(infra.pgUrl, uniqueName('stall'));
+    drop = db.drop;
+    dbUrl = db.url;
+  });
+  afterAll(async () => drop());
+  const open = async (url: string, stallMs: number) => {
+    stalls.length = 0;
+    pool = createPool(url, { max: 1, stallMs, onStall: (stall) => stalls.push(stall) });
+    return pool;
+  };
+  const viaProxy = async () => {
+    const server = new URL(dbUrl);
+    proxy = await startTcpProxy({ host: server.hostname, port: Number(server.port || 5432) });
+    const url = new URL(dbUrl);
+    url.hostname = '127.0.0.1';
+    url.port = String(proxy.port);
+    proxied = url.toString();
+  };
+  // pg sets it from the server's BackendKeyData; its typings leave it out.
+  const pidOf = (client: pg.PoolClient) => (client as pg.PoolClient & { processID: number }).processID;
+  const failureOf = (work: Promise<unknown>) =>
+    work.then(
+      () => {
+        throw new Error('the statement was expected to fail');
+      },
+      (error: unknown) => error,
+    );
+  afterEach(async () => {
+    // The proxy first: a statement a failed test left hanging on it would hold the pool's end.
+    await proxy?.close();
+    await pool?.end();
+    pool = undefined;
+  });
+
+  it('fails as transient and the pool serves again once the server is out of reach without a reset, instead of waiting for the kernel for minutes', async () => {
+    await viaProxy();
+    const p = await open(proxied, 300);
+    expect((await p.query<{ one: number }>('SELECT 1 AS one')).rows[0]?.one).toBe(1);
+    proxy.silence('all');
+    const failed = await failureOf(p.query('SELECT 2'));
+    expect(failed).toMatchObject({ code: PlumbingErrors.CONNECTION_STALLED });
+    expect(isTransientDbError(failed)).toBe(true);
+    expect(stalls).toEqual([expect.objectContaining({ state: 'unreachable' })]);
+    proxy.restore();
+    expect((await p.query<{ three: number }>('SELECT 3 AS three')).rows[0]?.three).toBe(3);
+  });
+
+  it('closes the connection when the server finished the statement but its answer was lost on the way', async () => {
+    await viaProxy();
+    const p = await open(proxied, 300);
+    const client = await p.connect();
+    try {
+      await client.query('SELECT 1');
+      proxy.silence('open');
+      // The probe's own connection gets through: the server says the backend is idle again.
+      const failed = await failureOf(client.query('SELECT 2'));
+      expect(failed).toMatchObject({ code: PlumbingErrors.CONNECTION_STALLED });
+      expect(stalls).toEqual([expect.objectContaining({ state: 'answered', pid: pidOf(client) })]);
+    } finally {
+      client.release(true);
+    }
+    expect((await p.query<{ four: number }>('SELECT 4 AS four')).rows[0]?.four).toBe(4);
+  });
+
+  it('closes the connection when its backend is gone and the news of it was lost', async () => {
+    await viaProxy();
+    const p = await open(proxied, 300);
+    const client = await p.connect();
+    try {
+      const pid = pidOf(client);
+      const pending = failureOf(client.query('SELECT pg_sleep(30)'));
+      // Ended from outside once its connection went silent: the client never hears of it.
+      const admin = new pg.Client({ connectionString: dbUrl });
+      await admin.connect();
+      try {
+        await vi.waitFor(async () => expect((await admin.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = $2', [pid, 'active'])).rowCount).toBe(1));
+        proxy.silence('open');
+        await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+      } finally {
+        await admin.end();
+      }
+      expect(await pending).toMatchObject({ code: PlumbingErrors.CONNECTION_STALLED });
+      expect(stalls).toEqual([expect.objectContaining({ state: 'gone' })]);
+    } finally {
+      client.release(true);
+    }
+  });
+
+  it('lets a statement that runs longer than the stall bound finish, because the server says its backend is still working', async () => {
+    const p = await open(dbUrl, 100);
+    expect((await p.query<{ done: string }>("SELECT pg_sleep(1), 'done' AS done")).rows[0]?.done).toBe('done');
+    expect(stalls).toEqual([]);
   });
 });
 

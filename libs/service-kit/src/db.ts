@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { pgArray, refuseNestedConnections, usePreparedStatements, type PgArrayElement } from '@labelflow/plumbing';
+import { pgArray, refuseNestedConnections, usePreparedStatements, watchStalledConnections, type BackendState, type PgArrayElement } from '@labelflow/plumbing';
 import { ServiceKitError, ServiceKitErrors } from './errors';
 
 export type Pool = pg.Pool;
@@ -19,12 +19,29 @@ export interface PoolOptions {
    * database. Default IDLE_IN_TRANSACTION_TIMEOUT_MS; 0 turns it off.
    */
   readonly idleInTransactionTimeoutMs?: number;
+  /**
+   * A statement with no answer for this long has its backend looked up over a fresh connection;
+   * when the server says the answer is not coming (the backend is idle or gone) or cannot be
+   * reached, the connection is closed and its statements fail as transient
+   * (`watchStalledConnections`). Without it, a server that vanished without a reset holds the
+   * statement for the kernel's TCP retransmission timeout (about 15 minutes). Default
+   * DB_STALL_MS; 0 turns it off (behind a transaction-mode pooler, where backends change).
+   */
+  readonly stallMs?: number;
+  /** Told of each connection the stall check closed. */
+  readonly onStall?: (event: { readonly pid: number | null; readonly state: BackendState; readonly waitedMs: number }) => void;
 }
+
+/** The default of `stallMs`. */
+export const DB_STALL_MS = 10_000;
 
 /** The default of `idleInTransactionTimeoutMs`. */
 export const IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000;
 
-export function createPool(connectionString: string, { max = 10, refuseNestedConnections: refuseNested = false, idleInTransactionTimeoutMs = IDLE_IN_TRANSACTION_TIMEOUT_MS }: PoolOptions = {}): pg.Pool {
+export function createPool(
+  connectionString: string,
+  { max = 10, refuseNestedConnections: refuseNested = false, idleInTransactionTimeoutMs = IDLE_IN_TRANSACTION_TIMEOUT_MS, stallMs = DB_STALL_MS, onStall }: PoolOptions = {},
+): pg.Pool {
   // TCP keepalive: a connection whose server vanished without a reset (a crashed host, a failover
   // that moved the address, a NAT that forgot it) is found dead by the kernel instead of hanging
   // forever, which matters most for the sessions that sit idle between queries (LISTEN).
@@ -44,6 +61,14 @@ export function createPool(connectionString: string, { max = 10, refuseNestedCon
   pool.on('connect', (client) => client.on('error', () => undefined));
   // Parse and plan each statement once per connection, not once per call.
   usePreparedStatements(pool);
+  if (stallMs > 0) {
+    const watch = watchStalledConnections(pool, { connectionString, stallMs, ...(onStall ? { onAbandon: onStall } : {}) });
+    const end = pool.end.bind(pool) as () => Promise<void>;
+    pool.end = ((...args: unknown[]) => {
+      watch.stop();
+      return (end as (...a: unknown[]) => unknown)(...args);
+    }) as typeof pool.end;
+  }
   // A second connection asked for inside a transaction fails at once, not only under load.
   return refuseNested ? refuseNestedConnections(pool) : pool;
 }

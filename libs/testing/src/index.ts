@@ -14,3 +14,4 @@ export * from './logs';
 export * from './groups';
 export * from './service';
 export * from './decider';
+export * from './tcp-proxy';

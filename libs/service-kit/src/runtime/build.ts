@@ -67,7 +67,7 @@ async function build<C extends BaseConfig>(definition: ServiceDefinition<C>, con
   const metrics = createMetrics({ service: definition.name });
 
   // Open: each resource registers its close as it opens.
-  const pool = await openPostgres(config, lifecycle);
+  const pool = await openPostgres(config, logger, metrics, lifecycle);
   await migrateDatabase(pool, definition.migrations, logger);
   const redis = await openRedis(config, logger, lifecycle);
   const kafka = await openKafka(definition.name, config, logger, lifecycle);

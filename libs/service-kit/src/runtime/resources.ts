@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { InputTopics, TopicSchemas, inputTopicName, topicName, type InputTopicKey, type TopicKey } from '@labelflow/contracts';
 import { createKafka, ensureTopics, type Kafka } from '@labelflow/messaging';
-import type { Logger } from '@labelflow/telemetry';
+import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { BaseConfig } from '../config';
 import { createPool, ensureDatabase, type Pool } from '../db';
 import { createIdSource, type IdSource } from '../ids';
@@ -14,9 +14,17 @@ import { deadLetterTopic, type RuntimeName } from './definition';
 // with the lifecycle right away, so a later step that fails still closes what came before.
 
 /** The service's own database, created if missing. */
-export async function openPostgres(config: BaseConfig, lifecycle: Lifecycle): Promise<Pool> {
+export async function openPostgres(config: BaseConfig, logger: Logger, metrics: Metrics, lifecycle: Lifecycle): Promise<Pool> {
   await ensureDatabase(config.DATABASE_URL);
-  const pool = createPool(config.DATABASE_URL, { refuseNestedConnections: config.DB_REFUSE_NESTED_CONNECTIONS });
+  const abandoned = metrics.counter('db_connections_abandoned_total', 'Pool connections closed because their statement had no answer and PostgreSQL said none was coming (or could not be reached)', ['state']);
+  const pool = createPool(config.DATABASE_URL, {
+    refuseNestedConnections: config.DB_REFUSE_NESTED_CONNECTIONS,
+    stallMs: config.DB_STALL_MS,
+    onStall: (stall) => {
+      abandoned.inc({ state: stall.state });
+      logger.warn(stall, 'database connection closed: its statement had no answer and PostgreSQL says none is coming; the work is retried on a new connection');
+    },
+  });
   lifecycle.onClose('postgres', () => pool.end());
   return pool;
 }
