@@ -18,8 +18,9 @@ export const PlumbingErrors = {
   TRANSACTION_ROLLED_BACK: 'PLUMBING_TRANSACTION_ROLLED_BACK',
   /**
    * A pool connection waited for an answer that is not coming (its backend is idle or gone, or the
-   * server is out of reach) and was closed (`watchStalledConnections`). Retriable: the same work
-   * succeeds on a new connection once the server answers again.
+   * server is out of reach) and was closed (`watchStalledConnections`). Retriable, but the
+   * statement's outcome is unknown (an idle backend may have committed it): the work retried on a
+   * new connection must be idempotent.
    */
   CONNECTION_STALLED: 'PLUMBING_CONNECTION_STALLED',
   /** Options out of range: a lock timeout, a breaker threshold or open period, a latency budget. */

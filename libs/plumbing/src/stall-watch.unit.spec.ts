@@ -2,24 +2,23 @@ import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { PlumbingErrors } from './errors';
-import { BackendState, abandonsConnection, watchStalledConnections } from './stall-watch';
+import { BackendState, abandonsConnection, probeBackends, watchStalledConnections } from './stall-watch';
+import { startFakePostgres } from './test-support/fake-postgres';
 
 /** A pool connection as the watch sees it: pg's active statement, pid and socket. */
 const fakeClient = (pid: number) => {
   let active: unknown = null;
   const destroyed: Error[] = [];
-  const client = Object.assign(new EventEmitter(), {
-    processID: pid,
-    _getActiveQuery: () => active,
-    connection: { stream: { destroy: (error?: Error) => void destroyed.push(error ?? new Error('destroyed')) } },
-  });
-  return { client: client as unknown as pg.PoolClient, send: (statement: unknown) => (active = statement), answer: () => (active = null), destroyed };
+  const stream = { bytesRead: 0, bytesWritten: 0, destroy: (error?: Error) => void destroyed.push(error ?? new Error('destroyed')) };
+  const client = Object.assign(new EventEmitter(), { processID: pid, _getActiveQuery: () => active, connection: { stream } });
+  return { client: client as unknown as pg.PoolClient, send: (statement: unknown) => (active = statement), answer: () => (active = null), receive: (bytes: number) => (stream.bytesRead += bytes), destroyed };
 };
 
-const setup = (answer: (pids: readonly number[]) => Promise<ReadonlyMap<number, BackendState> | BackendState>) => {
+const setup = (answer: (pids: readonly number[]) => Promise<ReadonlyMap<number, BackendState> | BackendState>, onAbandon?: () => void) => {
   let now = 0;
   const pool = new EventEmitter() as unknown as pg.Pool;
   const probed: (readonly number[])[] = [];
+  const terminated: (readonly number[])[] = [];
   const abandoned: { pid: number | null; state: BackendState; waitedMs: number }[] = [];
   const watch = watchStalledConnections(pool, {
     connectionString: 'postgres://unused',
@@ -28,15 +27,20 @@ const setup = (answer: (pids: readonly number[]) => Promise<ReadonlyMap<number, 
       probed.push(pids);
       return answer(pids);
     },
-    onAbandon: (event) => void abandoned.push(event),
+    terminate: async (pids) => void terminated.push(pids),
+    onAbandon: (event) => {
+      abandoned.push(event);
+      onAbandon?.();
+    },
     now: () => now,
+    interval: false,
   });
   const connect = (pid: number) => {
     const fake = fakeClient(pid);
     pool.emit('connect', fake.client);
     return fake;
   };
-  return { watch, pool, connect, probed, abandoned, advance: (ms: number) => (now += ms) };
+  return { watch, pool, connect, probed, terminated, abandoned, advance: (ms: number) => (now += ms) };
 };
 
 describe('the stall watch', () => {
@@ -97,8 +101,8 @@ describe('the stall watch', () => {
     watch.stop();
   });
 
-  it('asks once for every stalled connection and closes only those whose backend is idle or gone', async () => {
-    const { watch, connect, probed, abandoned, advance } = setup(async () => new Map([[1, BackendState.working], [2, BackendState.answered]]));
+  it('asks once for every stalled connection, closes only those whose backend is idle or gone, and ends the idle sessions so none keeps its locks', async () => {
+    const { watch, connect, probed, terminated, abandoned, advance } = setup(async () => new Map([[1, BackendState.working], [2, BackendState.answered]]));
     const [working, idle, gone] = [connect(1), connect(2), connect(3)];
     for (const c of [working, idle, gone]) c.send({});
     await watch.tick();
@@ -110,6 +114,7 @@ describe('the stall watch', () => {
       [2, 'answered'],
       [3, 'gone'],
     ]);
+    expect(terminated).toEqual([[2]]);
     watch.stop();
   });
 
@@ -157,5 +162,132 @@ describe('the stall watch', () => {
     advance(1_000);
     await watch.tick();
     expect(probed).toEqual([[8]]);
+  });
+  it('counts bytes still moving on the socket as progress, so a long answer being read is never judged stalled', async () => {
+    const { watch, connect, probed, advance } = setup(async () => BackendState.unreachable);
+    const c = connect(7);
+    c.send({});
+    await watch.tick();
+    for (let i = 0; i < 5; i++) {
+      advance(900);
+      c.receive(64 * 1024);
+      await watch.tick();
+    }
+    expect(probed).toEqual([]);
+    advance(1_000);
+    await watch.tick();
+    expect(probed).toEqual([[7]]);
+    watch.stop();
+  });
+
+  it('keeps a connection that received bytes while the server was being asked', async () => {
+    let release: () => void = () => undefined;
+    const { watch, connect, advance } = setup(() => new Promise((resolve) => (release = () => resolve(BackendState.unreachable))));
+    const c = connect(7);
+    c.send({});
+    await watch.tick();
+    advance(1_000);
+    const ticking = watch.tick();
+    c.receive(10);
+    release();
+    await ticking;
+    expect(c.destroyed).toEqual([]);
+    watch.stop();
+  });
+
+  it('closes every stalled connection even when the listener told of one throws', async () => {
+    const { watch, connect, abandoned, advance } = setup(async () => BackendState.unreachable, () => {
+      throw new Error('a logger that broke');
+    });
+    const [a, b] = [connect(1), connect(2)];
+    a.send({});
+    b.send({});
+    await watch.tick();
+    advance(1_000);
+    await watch.tick();
+    expect([a.destroyed.length, b.destroyed.length]).toEqual([1, 1]);
+    expect(abandoned).toHaveLength(2);
+    watch.stop();
+  });
+
+  it('acts on no verdict that arrives after it was stopped', async () => {
+    let release: () => void = () => undefined;
+    const { watch, connect, abandoned, advance } = setup(() => new Promise((resolve) => (release = () => resolve(BackendState.gone))));
+    const c = connect(7);
+    c.send({});
+    await watch.tick();
+    advance(1_000);
+    const ticking = watch.tick();
+    watch.stop();
+    release();
+    await ticking;
+    expect(c.destroyed).toEqual([]);
+    expect(abandoned).toEqual([]);
+  });
+
+  it('gives no verdict when the probe itself fails, so only a timeout closes for want of an answer', async () => {
+    const { watch, connect, advance } = setup(async () => {
+      throw new Error('getaddrinfo EAI_AGAIN db');
+    });
+    const c = connect(7);
+    c.send({});
+    await watch.tick();
+    advance(1_000);
+    await watch.tick();
+    expect(c.destroyed).toEqual([]);
+    watch.stop();
+  });
+});
+
+describe('the probe of backends', () => {
+  const blockFor = (ms: number) => {
+    const until = performance.now() + ms;
+    while (performance.now() < until);
+  };
+
+  it('reads each backend as working, answered or absent from what the server lists', async () => {
+    const fake = await startFakePostgres({ toldPid: () => 100, rows: (self) => [[self, 'active', self], [7, 'active', self], [8, 'idle in transaction', self], [9, 'idle', self], [10, null, self]] });
+    try {
+      const answer = (await probeBackends(fake.url, [7, 8, 9, 10, 11], 2_000)) as ReadonlyMap<number, BackendState>;
+      expect(Object.fromEntries(answer)).toEqual({ 7: 'working', 8: 'answered', 9: 'answered', 10: 'unknown' });
+    } finally {
+      await fake.close();
+    }
+  });
+
+  it('gives no verdict behind a pooler, whose sessions are not told the pid of their backend', async () => {
+    const fake = await startFakePostgres({ toldPid: (session) => 5_000 + session, rows: () => [[42, 'active', 42]] });
+    try {
+      expect(await probeBackends(fake.url, [7], 2_000)).toBe(BackendState.unknown);
+    } finally {
+      await fake.close();
+    }
+  });
+
+  it('says unreachable when the server does not answer in time', async () => {
+    const fake = await startFakePostgres({ toldPid: () => 100, rows: () => 'hang' });
+    try {
+      expect(await probeBackends(fake.url, [7], 150)).toBe(BackendState.unreachable);
+    } finally {
+      await fake.close();
+    }
+  });
+
+  it('gives no verdict when this process was paused while the probe ran, since the answer may sit unread', async () => {
+    const fake = await startFakePostgres({ toldPid: () => 100, rows: () => 'hang' });
+    try {
+      const probing = probeBackends(fake.url, [7], 150);
+      blockFor(600);
+      expect(await probing).toBe(BackendState.unknown);
+    } finally {
+      await fake.close();
+    }
+  });
+
+  it('gives no verdict when the server refuses the connection, which a timeout is not', async () => {
+    const fake = await startFakePostgres({ toldPid: () => 100, rows: () => [] });
+    const url = fake.url;
+    await fake.close();
+    expect(await probeBackends(url, [7], 2_000)).toBe(BackendState.unknown);
   });
 });

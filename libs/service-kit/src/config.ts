@@ -111,7 +111,11 @@ export const BaseConfig = z.object({
    * connection; the connection is closed when the server says the answer is not coming or cannot
    * be reached (createPool's `stallMs`). 0: off, for a transaction-mode pooler in between.
    */
-  DB_STALL_MS: z.coerce.number().int().min(0).max(3_600_000).default(10_000),
+  DB_STALL_MS: z.coerce
+    .number()
+    .int()
+    .refine((ms) => ms === 0 || (ms >= 1_000 && ms <= 3_600_000), 'must be 0 (off) or 1000-3600000: a shorter bound would have every long statement looked into all the time')
+    .default(10_000),
   /** How often durable deadlines (assignment leases, review SLAs) are checked. */
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(10).max(3_600_000).default(1_000),
   /** Fault injection for crash tests; never set in production. */

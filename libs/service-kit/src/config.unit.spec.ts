@@ -100,6 +100,15 @@ describe('service-kit: loadConfig', () => {
     }
   });
 
+  it('looks into a database statement unanswered for 10 s by default, takes 0 as off, and refuses a bound under a second', () => {
+    expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ DB_STALL_MS: 10_000 });
+    expect(loadConfig(BaseConfig, { ...validEnv, DB_STALL_MS: '0' })).toMatchObject({ DB_STALL_MS: 0 });
+    expect(loadConfig(BaseConfig, { ...validEnv, DB_STALL_MS: '1000' })).toMatchObject({ DB_STALL_MS: 1_000 });
+    for (const bad of ['1', '999', '-1', '1.5', '3600001', 'soon']) {
+      expect((failure({ ...validEnv, DB_STALL_MS: bad }).details as string[]).map((p) => p.split(':')[0]), bad).toEqual(['DB_STALL_MS']);
+    }
+  });
+
   it('leaves the heap growth to V8 by default, takes a percent, and refuses a negative, fractional or huge one', () => {
     expect(loadConfig(BaseConfig, validEnv)).toMatchObject({ HEAP_GROWING_PERCENT: 0 });
     expect(loadConfig(BaseConfig, { ...validEnv, HEAP_GROWING_PERCENT: '100' })).toMatchObject({ HEAP_GROWING_PERCENT: 100 });

@@ -89,9 +89,10 @@ describe('a statement whose answer is not coming', () => {
     dbUrl = db.url;
   });
   afterAll(async () => drop());
-  const open = async (url: string, stallMs: number) => {
+  // A probe gets seconds, as in production: a slow one on a busy test machine must not read as a black hole.
+  const open = async (url: string, stallMs: number, stallProbeTimeoutMs = 3_000) => {
     stalls.length = 0;
-    pool = createPool(url, { max: 1, stallMs, onStall: (stall) => stalls.push(stall) });
+    pool = createPool(url, { max: 1, stallMs, stallProbeTimeoutMs, onStall: (stall) => stalls.push(stall) });
     return pool;
   };
   const viaProxy = async () => {
@@ -120,7 +121,7 @@ describe('a statement whose answer is not coming', () => {
 
   it('fails as transient and the pool serves again once the server is out of reach without a reset, instead of waiting for the kernel for minutes', async () => {
     await viaProxy();
-    const p = await open(proxied, 300);
+    const p = await open(proxied, 300, 500);
     expect((await p.query<{ one: number }>('SELECT 1 AS one')).rows[0]?.one).toBe(1);
     proxy.silence('all');
     const failed = await failureOf(p.query('SELECT 2'));
@@ -131,19 +132,33 @@ describe('a statement whose answer is not coming', () => {
     expect((await p.query<{ three: number }>('SELECT 3 AS three')).rows[0]?.three).toBe(3);
   });
 
-  it('closes the connection when the server finished the statement but its answer was lost on the way', async () => {
+  it('closes the connection when the server finished the statement but its answer was lost on the way, and ends the session so it holds no locks', async () => {
     await viaProxy();
     const p = await open(proxied, 300);
     const client = await p.connect();
+    const pid = pidOf(client);
     try {
-      await client.query('SELECT 1');
-      proxy.silence('open');
-      // The probe's own connection gets through: the server says the backend is idle again.
-      const failed = await failureOf(client.query('SELECT 2'));
+      await client.query('CREATE TABLE IF NOT EXISTS lost_answers (id int PRIMARY KEY)');
+      await client.query('BEGIN');
+      proxy.silence('open', 'answers');
+      // The insert arrives and runs; its answer does not. The probe's own connection gets through,
+      // and the server says the backend is idle in its transaction, holding the row.
+      const failed = await failureOf(client.query('INSERT INTO lost_answers VALUES (1)'));
       expect(failed).toMatchObject({ code: PlumbingErrors.CONNECTION_STALLED });
-      expect(stalls).toEqual([expect.objectContaining({ state: 'answered', pid: pidOf(client) })]);
+      expect(stalls).toEqual([expect.objectContaining({ state: 'answered', pid })]);
     } finally {
       client.release(true);
+    }
+    // Ended by the watch, not by the server's idle timeout a minute later: the row is free at once.
+    const admin = new pg.Client({ connectionString: dbUrl });
+    await admin.connect();
+    try {
+      await vi.waitFor(async () => expect((await admin.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).rowCount).toBe(0));
+      await admin.query("SET lock_timeout = '2s'");
+      await admin.query('INSERT INTO lost_answers VALUES (1)');
+      await admin.query('DELETE FROM lost_answers');
+    } finally {
+      await admin.end();
     }
     expect((await p.query<{ four: number }>('SELECT 4 AS four')).rows[0]?.four).toBe(4);
   });

@@ -25,9 +25,12 @@ export interface PoolOptions {
    * reached, the connection is closed and its statements fail as transient
    * (`watchStalledConnections`). Without it, a server that vanished without a reset holds the
    * statement for the kernel's TCP retransmission timeout (about 15 minutes). Default
-   * DB_STALL_MS; 0 turns it off (behind a transaction-mode pooler, where backends change).
+   * DB_STALL_MS; 0 turns it off. Behind a pooler (PgBouncer) it never closes anything: the probe
+   * sees that the pid it was told is not its backend's.
    */
   readonly stallMs?: number;
+  /** The stall probe's budget, connect included (STALL_PROBE_TIMEOUT_MS); tests shorten it. */
+  readonly stallProbeTimeoutMs?: number;
   /** Told of each connection the stall check closed. */
   readonly onStall?: (event: { readonly pid: number | null; readonly state: BackendState; readonly waitedMs: number }) => void;
 }
@@ -40,7 +43,7 @@ export const IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000;
 
 export function createPool(
   connectionString: string,
-  { max = 10, refuseNestedConnections: refuseNested = false, idleInTransactionTimeoutMs = IDLE_IN_TRANSACTION_TIMEOUT_MS, stallMs = DB_STALL_MS, onStall }: PoolOptions = {},
+  { max = 10, refuseNestedConnections: refuseNested = false, idleInTransactionTimeoutMs = IDLE_IN_TRANSACTION_TIMEOUT_MS, stallMs = DB_STALL_MS, stallProbeTimeoutMs, onStall }: PoolOptions = {},
 ): pg.Pool {
   // TCP keepalive: a connection whose server vanished without a reset (a crashed host, a failover
   // that moved the address, a NAT that forgot it) is found dead by the kernel instead of hanging
@@ -62,11 +65,15 @@ export function createPool(
   // Parse and plan each statement once per connection, not once per call.
   usePreparedStatements(pool);
   if (stallMs > 0) {
-    const watch = watchStalledConnections(pool, { connectionString, stallMs, ...(onStall ? { onAbandon: onStall } : {}) });
-    const end = pool.end.bind(pool) as () => Promise<void>;
+    const watch = watchStalledConnections(pool, { connectionString, stallMs, ...(stallProbeTimeoutMs ? { probeTimeoutMs: stallProbeTimeoutMs } : {}), ...(onStall ? { onAbandon: onStall } : {}) });
+    const end = pool.end.bind(pool) as (...args: unknown[]) => unknown;
+    // Stopped once the end settled, not when it begins: the end waits for checked-out connections,
+    // and a stalled one among them is just what the watch frees.
     pool.end = ((...args: unknown[]) => {
+      const ended = end(...args);
+      if (ended instanceof Promise) return ended.finally(() => watch.stop());
       watch.stop();
-      return (end as (...a: unknown[]) => unknown)(...args);
+      return ended;
     }) as typeof pool.end;
   }
   // A second connection asked for inside a transaction fails at once, not only under load.

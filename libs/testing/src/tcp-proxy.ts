@@ -2,6 +2,8 @@ import { createServer, connect, type AddressInfo, type Socket } from 'node:net';
 
 /** Which connections a silenced proxy stops passing bytes for. */
 export type Silence = 'open' | 'all';
+/** Which way: both, or only the server's answers (a request arrives, its answer is lost). */
+export type SilenceDirection = 'both' | 'answers';
 
 export interface TcpProxy {
   /** The proxy's port on 127.0.0.1: point the client at it instead of the server. */
@@ -9,10 +11,11 @@ export interface TcpProxy {
   /**
    * Stops passing bytes, both ways, without closing anything: what a black hole, a partition or a
    * failover that moved the address looks like from the client (no reset, no answer, ever).
-   * `'open'` silences the connections open now and lets new ones through (an answer lost on one
-   * connection while the server is reachable); `'all'` also swallows every new one.
+   * `'open'` silences the connections open now and lets new ones through (one connection lost
+   * while the server is reachable); `'all'` also swallows every new one. With `'answers'` only the
+   * server's side of the open connections goes silent: requests still arrive, answers are lost.
    */
-  silence(which: Silence): void;
+  silence(which: Silence, direction?: SilenceDirection): void;
   /** Passes bytes again for connections opened from now on; silenced ones stay silent. */
   restore(): void;
   /** Connections accepted so far. */
@@ -26,6 +29,8 @@ export interface TcpProxy {
  */
 export async function startTcpProxy(target: { readonly host: string; readonly port: number }): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
+  /** The server side of each connection, for silencing answers only. */
+  const upstreams = new Set<Socket>();
   const silenced = new WeakSet<Socket>();
   let swallowNew = false;
   let accepted = 0;
@@ -53,6 +58,8 @@ export async function startTcpProxy(target: { readonly host: string; readonly po
     }
     const upstream = connect(target.port, target.host);
     track(upstream);
+    upstreams.add(upstream);
+    upstream.on('close', () => upstreams.delete(upstream));
     // A silenced side's end is news the other side must not hear either.
     client.on('close', () => silenced.has(client) || upstream.destroy());
     upstream.on('close', () => silenced.has(upstream) || client.destroy());
@@ -68,8 +75,8 @@ export async function startTcpProxy(target: { readonly host: string; readonly po
     get accepted() {
       return accepted;
     },
-    silence(which) {
-      for (const socket of sockets) silenced.add(socket);
+    silence(which, direction = 'both') {
+      for (const socket of direction === 'both' ? sockets : upstreams) silenced.add(socket);
       swallowNew = which === 'all';
     },
     restore() {
