@@ -83,9 +83,14 @@ export const storable = <S extends z.ZodType<string, string>>(schema: S) =>
 export const DataUri = storable(z.string().min(1).max(2048).regex(dataUriPattern, `must be a URI of one of the schemes ${DATA_URI_SCHEMES.join(', ')} (scheme://…)`));
 
 /**
- * An instant as ISO 8601 with its offset. The format lets a year 0000 through, which PostgreSQL
- * refuses (22008) where the instant is stored: a proposal so dated would fail its whole batch at
- * the write, again at every retry, instead of being refused here as the malformed input it is.
+ * An instant as ISO 8601 with its offset. The format lets through what PostgreSQL refuses where
+ * the instant is stored: a year 0000 (22008), and any number of fractional digits (input over
+ * about 128 characters, 22007). A proposal so dated would fail its whole batch at the write, again
+ * at every retry, instead of being refused here as the malformed input it is. Nine fractional
+ * digits (nanoseconds) are more than any clock gives.
  */
-export const Instant = z.iso.datetime({ offset: true }).refine((value) => !value.startsWith('0000'), 'year 0000 does not exist (the first year is 0001)');
+export const Instant = z.iso
+  .datetime({ offset: true })
+  .refine((value) => !value.startsWith('0000'), 'year 0000 does not exist (the first year is 0001)')
+  .refine((value) => !/\.\d{10,}/.test(value), 'at most 9 fractional digits of a second');
 export type Instant = z.infer<typeof Instant>;

@@ -32,6 +32,13 @@ describe('contracts: PrelabelProposed', () => {
     expect(at('2030-01-01T00:00:00Z')).toBe(true);
   });
 
+  it('refuses a proposal dated with more fractional digits than nanoseconds, which PostgreSQL cannot store past a length', () => {
+    const at = (occurredAt: string) => InputTopicSchemas.prelabels.safeParse({ ...buildPrelabelProposed(input), occurredAt }).success;
+    expect(at('2030-01-01T00:00:00.123456789Z')).toBe(true);
+    expect(at('2030-01-01T00:00:00.1234567890Z')).toBe(false);
+    expect(at(`2030-01-01T00:00:00.${'1'.repeat(120)}+01:00`)).toBe(false);
+  });
+
   it('refuses a newer version than it knows as unsupported rather than guessing', () => {
     const parsed = InputTopicSchemas.prelabels.safeParse({ ...buildPrelabelProposed(input), version: 2 });
     expect(parsed.success).toBe(false);

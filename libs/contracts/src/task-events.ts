@@ -6,7 +6,7 @@ export const TaskCreated = defineEvent('TaskCreated', 1, z.object({
   title: storable(z.string().min(1).max(500)),
   dataUri: storable(z.string().min(1).max(2048)),
   /** Human-friendly number within the project, e.g. `PRJ-1042` (gaps allowed, never reused). */
-  taskNumber: z.string().regex(/^[A-Z][A-Z0-9]{1,9}-[1-9][0-9]*$/).optional(),
+  taskNumber: z.string().regex(/^[A-Z][A-Z0-9]{1,9}-[1-9][0-9]{0,15}$/).optional(),
   /** Who created it (the authenticated caller). Optional: tasks created before callers were authenticated have none. */
   createdBy: ActorName.optional(),
   /** The client's business key of a task made by a bulk import (unique within the project); absent for tasks made one `POST /tasks` at a time. */
@@ -42,7 +42,7 @@ export const TaskFailed = defineEvent('TaskFailed', 1, z.object({
 export const TaskCancelled = defineEvent('TaskCancelled', 1, z.object({
   reason: storable(z.string().min(1).max(2000)),
   cancelledBy: storable(z.string().min(1).max(128)),
-  previousStatus: z.string().min(1).max(50),
+  previousStatus: storable(z.string().min(1).max(50)),
 }));
 
 export const TaskEvent = z.discriminatedUnion('type', [TaskCreated, TaskAssigned, TaskReopened, TaskCompleted, TaskFailed, TaskCancelled]);

@@ -27,6 +27,17 @@ describe('contracts: per-topic event unions', () => {
     expect(TopicSchemas[topic].safeParse(event).success).toBe(true);
   });
 
+  it('refuses a task number longer than an index row can hold and a previous status PostgreSQL cannot store, which would fail their batch at every retry', () => {
+    const created = (taskNumber: string) => TopicSchemas.task.safeParse({ ...envelope, producer: 'task-svc', type: 'TaskCreated', payload: { title: 'Cats', dataUri: 's3://bucket/cat.png', taskNumber } }).success;
+    expect(created(`PRJ-${'9'.repeat(16)}`)).toBe(true);
+    expect(created(`PRJ-${'9'.repeat(17)}`)).toBe(false);
+    expect(created(`PRJ-1${'0'.repeat(100_000)}`)).toBe(false);
+    const cancelled = (previousStatus: string) =>
+      TopicSchemas.task.safeParse({ ...envelope, producer: 'task-svc', type: 'TaskCancelled', payload: { reason: 'dup', cancelledBy: 'ops-1', previousStatus } }).success;
+    expect(cancelled('ASSIGNED')).toBe(true);
+    expect(cancelled('ASSIGNED\u0000')).toBe(false);
+  });
+
   it('hands out parsed events read-only to the leaf: the payload and its annotations cannot be changed by a consumer', () => {
     const parsed = TopicSchemas.label.parse({ ...envelope, version: 2, producer: 'label-svc', type: 'LabelSubmitted', payload: { annotatorId: 'alice', annotations: [{ label: 'cat' }], durationMs: null } });
     if (parsed.type !== 'LabelSubmitted') throw new Error('expected LabelSubmitted');
