@@ -35,7 +35,7 @@ export const TaskSvcConfig = BaseConfig.extend({
    * cuts off at 5 s (CLOSE_STEP_TIMEOUT_MS) and then closes the pool anyway.
    */
   IMPORT_CLOSE_WAIT_MS: z.coerce.number().int().min(0).max(4_000).default(3_000),
-  /** Uploads one instance runs at once; more answer 503 IMPORT_BUSY with Retry-After (they share the service's database pool). */
+  /** Uploads one instance runs at once; more answer 429 IMPORT_BUSY with Retry-After (they share the service's database pool). */
   IMPORT_MAX_CONCURRENT: z.coerce.number().int().min(1).max(100).default(4),
   /**
    * Of those, uploads one project runs at once, and one caller across projects (at most

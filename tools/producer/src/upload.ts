@@ -33,7 +33,16 @@ export interface UploadOptions {
   readonly idleTimeoutMs?: number;
 }
 
-export type UploadResult = { readonly ok: true; readonly summary: ImportSummary } | { readonly ok: false; readonly status: number; readonly body: unknown };
+export type UploadResult =
+  | { readonly ok: true; readonly summary: ImportSummary }
+  /** `retryAfterMs`: the answer's `Retry-After` (whole seconds), when it had a valid one. */
+  | { readonly ok: false; readonly status: number; readonly body: unknown; readonly retryAfterMs?: number };
+
+/** `Retry-After` in whole seconds, as milliseconds; undefined when absent or not a number. */
+const retryAfterOf = (response: IncomingMessage): number | undefined => {
+  const raw = response.headers['retry-after'];
+  return raw !== undefined && /^\d{1,5}$/.test(raw) ? Number(raw) * 1000 : undefined;
+};
 
 const readBody = async (response: IncomingMessage): Promise<string> => {
   const parts: Buffer[] = [];
@@ -76,7 +85,10 @@ export async function uploadImport(o: UploadOptions): Promise<UploadResult> {
   } catch {
     // not JSON: kept as text for the report
   }
-  if (response.statusCode !== 200) return { ok: false, status: response.statusCode ?? 0, body };
+  if (response.statusCode !== 200) {
+    const retryAfterMs = retryAfterOf(response);
+    return { ok: false, status: response.statusCode ?? 0, body, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) };
+  }
   const summary = ImportSummary.safeParse(body);
   if (!summary.success) return { ok: false, status: 200, body: { error: 'the summary does not have the documented shape', issues: summary.error.issues.slice(0, 5), body } };
   return { ok: true, summary: summary.data };

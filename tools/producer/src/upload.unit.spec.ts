@@ -56,6 +56,17 @@ describe('the import upload', () => {
     const result = await uploadImport({ baseUrl, projectId: 'p-1', importId, authorization: () => 'Bearer x', body: () => importFileChunks({ ...file, lines: 200_000 }) });
     expect(result).toEqual({ ok: false, status: 403, body: { error: { code: 'FORBIDDEN', message: 'no' } } });
   });
+
+  it('gives back the wait a busy refusal asks for, so the same upload is sent again no sooner', async () => {
+    server = createServer((req, res) => {
+      res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '3', connection: 'close' }).end(JSON.stringify({ error: { code: 'IMPORT_BUSY', message: 'busy' } }));
+      req.resume();
+    });
+    await new Promise<void>((resolve) => server?.listen(0, '127.0.0.1', resolve));
+    const baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const result = await uploadImport({ baseUrl, projectId: 'p-1', importId, authorization: () => 'Bearer x', body: () => importFileChunks(file) });
+    expect(result).toEqual({ ok: false, status: 429, body: { error: { code: 'IMPORT_BUSY', message: 'busy' } }, retryAfterMs: 3_000 });
+  });
 });
 
 describe('the summary check', () => {

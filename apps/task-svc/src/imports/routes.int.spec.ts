@@ -306,7 +306,7 @@ describe('task-svc bulk import, a client gone silent and a full instance', () =>
     expect(resumed.body).toMatchObject({ status: 'completed', lines: 12, created: 12, uploads: 2 });
   });
 
-  it('answers 503 IMPORT_BUSY with Retry-After beyond IMPORT_MAX_CONCURRENT uploads, and takes the upload once one ended', async () => {
+  it('answers 429 IMPORT_BUSY with Retry-After beyond IMPORT_MAX_CONCURRENT uploads, and takes the upload once one ended', async () => {
     const { svc, baseUrl } = await start({ IMPORT_MAX_CONCURRENT: '1' });
     services.push(svc);
     const projectId = randomUUID();
@@ -318,7 +318,7 @@ describe('task-svc bulk import, a client gone silent and a full instance', () =>
     await eventually(async () => expect((await queryRows<{ n: string }>(svc.databaseUrl, "SELECT count(*) AS n FROM imports WHERE project_id = $1 AND status = 'running'", [projectId]))[0]?.n).toBe('1'));
     const second = () => svc.http(owner, { serverErrors: 'return' }).post<Summary>(`/projects/${projectId}/tasks/import?importId=${randomUUID()}`, file([line('b2')]), NDJSON);
     const busy = await second();
-    expect(refusal(busy)).toEqual({ status: 503, code: 'IMPORT_BUSY' });
+    expect(refusal(busy)).toEqual({ status: 429, code: 'IMPORT_BUSY' });
     expect(busy.headers.get('retry-after')).toBe('5');
     first.end();
     expect(await first.answer).toMatchObject({ status: 200, body: { status: 'completed', created: 1 } });
@@ -335,7 +335,7 @@ describe('task-svc bulk import, a client gone silent and a full instance', () =>
     await first.write(`${line('p1')}\n`);
     await eventually(async () => expect((await queryRows<{ n: string }>(svc.databaseUrl, "SELECT count(*) AS n FROM imports WHERE project_id = $1 AND status = 'running'", [mine]))[0]?.n).toBe('1'));
     const again = await svc.http(owner, { serverErrors: 'return' }).post<Summary>(`/projects/${mine}/tasks/import?importId=${randomUUID()}`, file([line('p2')]), NDJSON);
-    expect(refusal(again)).toEqual({ status: 503, code: 'IMPORT_BUSY' });
+    expect(refusal(again)).toEqual({ status: 429, code: 'IMPORT_BUSY' });
     expect(again.headers.get('retry-after')).toBe('5');
     // Another tenant's upload still finds a slot on this instance.
     const other = await svc.http(as.owner('own-2', theirs)).post<Summary>(`/projects/${theirs}/tasks/import?importId=${randomUUID()}`, file([line('q1')]), NDJSON);
@@ -354,7 +354,7 @@ describe('task-svc bulk import, a client gone silent and a full instance', () =>
     await eventually(async () => expect((await queryRows<{ n: string }>(svc.databaseUrl, "SELECT count(*) AS n FROM imports WHERE project_id = $1 AND status = 'running'", [p1]))[0]?.n).toBe('1'));
     // Another of the caller's projects, with a slot free: still refused, the caller holds one already.
     const second = await svc.http(manager, { serverErrors: 'return' }).post<{ error: { message: string } }>(`/projects/${p2}/tasks/import?importId=${randomUUID()}`, file([line('m2')]), NDJSON);
-    expect(refusal(second)).toEqual({ status: 503, code: 'IMPORT_BUSY' });
+    expect(refusal(second)).toEqual({ status: 429, code: 'IMPORT_BUSY' });
     expect(second.body.error.message).toMatch(/^you have 1 imports running on this instance already/);
     // Someone else finds the free slot.
     const other = await svc.http(as.owner('own-3', p3)).post<Summary>(`/projects/${p3}/tasks/import?importId=${randomUUID()}`, file([line('o1')]), NDJSON);

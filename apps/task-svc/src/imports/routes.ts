@@ -22,7 +22,9 @@ const statusFor: Record<ImportErrorCode, number> = {
   IMPORT_CONTENT_MISMATCH: 409,
   IMPORT_TAKEN_OVER: 409,
   IMPORT_STORE_UNAVAILABLE: 503,
-  IMPORT_BUSY: 503,
+  // Admission, not failure: nothing was read, and the same upload is welcome in a moment. A 5xx
+  // would make every throttled uploader look like an outage (HttpServerErrors).
+  IMPORT_BUSY: 429,
   // Nobody hears it: the client hung up. For the logs and metrics.
   IMPORT_INTERRUPTED: 400,
 };
@@ -136,7 +138,7 @@ export function importRoutes(app: FastifyInstance, ctx: ServiceContext<TaskSvcCo
             : ofCaller >= perProject
               ? `you have ${ofCaller} imports running on this instance already`
               : `this instance runs ${running} imports already`;
-        throw new HttpError(503, ImportErrors.IMPORT_BUSY, `${what}; upload again in a moment with the same importId`);
+        throw new HttpError(429, ImportErrors.IMPORT_BUSY, `${what}; upload again in a moment with the same importId`);
       }
       running++;
       runningIn.set(projectId, ofProject + 1);
