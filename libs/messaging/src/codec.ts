@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import { unsupportedVersion } from '@labelflow/contracts';
+import { EnvelopeHeader, unsupportedVersion } from '@labelflow/contracts';
 import { MessagingErrors } from './errors';
 
 export interface RawMessage {
@@ -41,6 +41,11 @@ export function decodeMessage<S extends z.ZodType>(schema: S, message: RawMessag
       const message = `${newer.type} version ${newer.version} is newer than this consumer knows (up to version ${newer.latest}); replay it once the consumer is upgraded`;
       return { ok: false, reason: { code: MessagingErrors.VERSION_UNSUPPORTED, message } };
     }
+    const unknownType = unknownTypeOf(parsed.error.issues, json);
+    if (unknownType) {
+      const message = `${unknownType.type} is an event type this consumer does not know (its topic carries ${unknownType.known.join(', ')}); replay it once the consumer is upgraded, or purge it if this service never needs it`;
+      return { ok: false, reason: { code: MessagingErrors.TYPE_UNSUPPORTED, message } };
+    }
     const problems = parsed.error.issues.slice(0, 5).map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`);
     return { ok: false, reason: { code: MessagingErrors.SCHEMA_INVALID, message: `schema validation failed: ${problems.join('; ')}` } };
   }
@@ -50,6 +55,18 @@ export function decodeMessage<S extends z.ZodType>(schema: S, message: RawMessag
     return { ok: false, reason: { code: MessagingErrors.SCHEMA_INVALID, message: `message key ${key} does not match taskId ${taskId}` } };
   }
   return { ok: true, event: parsed.data };
+}
+
+/**
+ * A new type on a topic, not garbage: the union found no schema for its `type` while the rest
+ * of the envelope is well formed. Undefined otherwise.
+ */
+function unknownTypeOf(issues: readonly z.core.$ZodIssue[], json: unknown): { readonly type: string; readonly known: readonly string[] } | undefined {
+  const issue = issues.find((i) => i.code === 'invalid_union' && i.path.length === 1 && i.path[0] === 'type');
+  const known = (issue as { options?: unknown } | undefined)?.options;
+  if (!Array.isArray(known)) return undefined;
+  const header = EnvelopeHeader.safeParse(json);
+  return header.success ? { type: header.data.type, known: known.map(String) } : undefined;
 }
 
 type HeaderValue = Buffer | string | null | undefined;

@@ -89,6 +89,21 @@ describe('messaging: decodeMessage', () => {
     expect(decode(message(json({ ...event, version: 2 })))).toMatchObject({ ok: false, reason: { code: MessagingErrors.VERSION_UNSUPPORTED, message: expect.stringContaining('TaskAssigned version 2') } });
   });
 
+  it('returns TYPE_UNSUPPORTED, apart from garbage, for a well-formed event of a type its topic does not list yet', () => {
+    expect(decode(message(json({ ...event, type: 'TaskPaused', payload: { until: 'later' } })))).toEqual({
+      ok: false,
+      reason: {
+        code: MessagingErrors.TYPE_UNSUPPORTED,
+        message: expect.stringMatching(/^TaskPaused is an event type this consumer does not know \(its topic carries TaskCreated, TaskAssigned, .*\); replay it once the consumer is upgraded/),
+      },
+    });
+  });
+
+  it('keeps SCHEMA_INVALID for an unknown type whose envelope is garbage too', () => {
+    expect(decode(message(json({ type: 'TaskPaused' })))).toMatchObject({ ok: false, reason: { code: MessagingErrors.SCHEMA_INVALID } });
+    expect(decode(message(json({ ...event, type: 'TaskPaused', attempt: 0 })))).toMatchObject({ ok: false, reason: { code: MessagingErrors.SCHEMA_INVALID } });
+  });
+
   it('reads header values as strings, takes the first of repeated ones and treats null values as absent', () => {
     expect(headersToStrings({ a: Buffer.from('x'), b: 'y', c: [Buffer.from('1'), Buffer.from('2')], d: null, e: [null], f: undefined })).toEqual({ a: 'x', b: 'y', c: '1' });
     expect(headersToStrings(undefined)).toEqual({});

@@ -5,6 +5,12 @@ export const MessagingErrors = {
   SCHEMA_INVALID: 'MESSAGING_SCHEMA_INVALID',
   /** An event newer than this consumer's contracts know: dead-lettered, to be replayed once it is upgraded. */
   VERSION_UNSUPPORTED: 'MESSAGING_VERSION_UNSUPPORTED',
+  /**
+   * A well-formed event of a type its topic's contracts do not list here: a producer writes a new
+   * type before this reader was upgraded. Dead-lettered apart from garbage, for a replay (or a
+   * purge, if this service never needs it) once the reader knows it.
+   */
+  TYPE_UNSUPPORTED: 'MESSAGING_TYPE_UNSUPPORTED',
   HANDLER_FAILED: 'MESSAGING_HANDLER_FAILED',
   UNBOUND_TOPIC: 'MESSAGING_UNBOUND_TOPIC',
   /** The broker or the network refused a send (PublishError, whose `type` names the broker's answer). */
