@@ -1,9 +1,9 @@
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { TopicSchemas, type DomainEvent, type TaskReopened } from '@labelflow/contracts';
+import { TopicSchemas, type AnnotatorId, type DomainEvent, type TaskReopened } from '@labelflow/contracts';
 import { createDedupGate, inboxReader, type DedupGate } from '@labelflow/dedup';
 import { createConsumerLoop, createKafka, ensureTopics, type ConsumerLoop } from '@labelflow/messaging';
-import { createMetrics, type Metrics } from '@labelflow/telemetry';
+import { createMetrics, installTracePropagation, type Metrics } from '@labelflow/telemetry';
 import { captureLogs, createTestDatabase, eventually, metricValue, produceRaw, readTopic, uniqueName } from '@labelflow/testing';
 import { createExactlyOnce, eventConsumer, preloadedStore } from './consume';
 import { createPool, isTransientDbError, type Pool } from './db';
@@ -29,6 +29,8 @@ describe('the exactly-once shell on real Kafka, PostgreSQL and Redis', () => {
   const gates: DedupGate[] = [];
 
   beforeAll(async () => {
+    // As every service does at start: trace headers travel on from what is consumed.
+    installTracePropagation();
     const db = await createTestDatabase(infra.pgUrl, uniqueName('shell'));
     drop = db.drop;
     pool = createPool(db.url, { refuseNestedConnections: true });
@@ -65,7 +67,12 @@ describe('the exactly-once shell on real Kafka, PostgreSQL and Redis', () => {
     TaskReopened: (event, state) => {
       if (event.payload.reason === 'LEASE_EXPIRED' && event.payload.previousAnnotatorId === 'poison') throw Object.assign(new Error('handler bug'), { code: 'BUG' });
       if (event.attempt <= state.attempt) return { ok: false, reason: { code: 'STALE_ATTEMPT', message: `attempt ${event.attempt} after ${state.attempt}` } };
-      return { ok: true, state: { ...state, reopens: state.reopens + 1, attempt: event.attempt }, events: [] };
+      const next = { ...state, reopens: state.reopens + 1, attempt: event.attempt };
+      // One reopen in these tests reacts with an event, to show what its outbox row carries on.
+      if (event.payload.previousAnnotatorId === 'reacts') {
+        return { ok: true, state: next, events: [{ type: 'TaskCompleted', version: 1, taskId: event.taskId, projectId: event.projectId, attempt: event.attempt, payload: { annotatorId: 'ann-1' as AnnotatorId } }] };
+      }
+      return { ok: true, state: next, events: [] };
     },
   });
 
@@ -155,6 +162,20 @@ describe('the exactly-once shell on real Kafka, PostgreSQL and Redis', () => {
     expect(metricValue(rendered, 'dedup_duplicates_total', {})).toBe(50);
     const [batches] = rendered.match(/consumer_batch_size_count\{[^}]*\} (\d+)/)?.slice(1) ?? [];
     expect(Number(batches)).toBeLessThan(20);
+  });
+
+  it('carries the trace of a consumed message on into what it causes, but none of the baggage its producer added', async () => {
+    const t = await setup();
+    const id = taskId();
+    const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    const event = reopened(id, 2, 'reacts');
+    await produceRaw(infra.kafkaBrokers, t.topic, [{ key: id, value: JSON.stringify(event), headers: { 'event-type': event.type, traceparent, tracestate: 'vendor=1', baggage: 'tenant=acme,labelflow.project_id=forged' } }]);
+    await start(t);
+    await eventually(async () => expect(await counters([id])).toEqual({ [id]: [1, 2] }));
+    const { rows } = await pool.query<{ headers: Record<string, string> }>("SELECT headers FROM outbox WHERE event_type = 'TaskCompleted' AND message_key = $1", [id]);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]!.headers).toMatchObject({ traceparent, tracestate: 'vendor=1' });
+    expect(rows[0]!.headers).not.toHaveProperty('baggage');
   });
 
   it('applies two events of one task in one batch in order, the second seeing the state the first left', async () => {

@@ -3,7 +3,7 @@ import { dedupTypeOf, type ConsumedEvent, type ConsumedOf, type ConsumedType, ty
 import { formatKey, recordManyInInbox, type DedupGate, type DedupKey } from '@labelflow/dedup';
 import type { BatchProcessor, Delivery, DeliveryOutcome } from '@labelflow/messaging';
 import { notify, type Notification } from '@labelflow/outbox';
-import { continuedTraceHeaders, currentTraceHeaders, tracingEnabled, withSpan, type TraceHeaders } from '@labelflow/telemetry';
+import { consumedTraceHeaders, continuedTraceHeaders, currentTraceHeaders, incomingTraceHeaders, tracingEnabled, withSpan, type TraceHeaders } from '@labelflow/telemetry';
 import { withTransaction, type Pool, type PoolClient } from './db';
 import type { Executed, Rejection } from './decider';
 import type { DraftGroup, EmitMany, EventDraft } from './events';
@@ -188,14 +188,18 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
    */
   function applyOne(batch: OpenedConsumer<X>, { event, meta }: Delivery<ConsumedEvent>): OneApplied | Promise<OneApplied> {
     if (tracingEnabled()) {
-      return withSpan(`consume ${event.type}`, 'consumer', meta.headers, { 'messaging.destination': meta.topic, 'messaging.kafka.offset': meta.offset, 'labelflow.task_id': event.taskId }, async () => {
+      // Baggage from the event, not from its producer (an outside model worker may be one).
+      const carried = consumedTraceHeaders(meta.headers, { taskId: event.taskId, projectId: event.projectId, attempt: event.attempt });
+      return withSpan(`consume ${event.type}`, 'consumer', carried, { 'messaging.destination': meta.topic, 'messaging.kafka.offset': meta.offset, 'labelflow.task_id': event.taskId }, async () => {
         const trace = currentTraceHeaders();
         const facts: DeliveryFacts = { trace: () => trace, publishedAt: meta.timestamp };
         return [await batch.apply(event, facts), facts.trace] as const;
       });
     }
     let trace: TraceHeaders | undefined;
-    const facts: DeliveryFacts = { trace: () => (trace ??= continuedTraceHeaders(meta.headers)), publishedAt: meta.timestamp };
+    // No span records, so no baggage of ours: a producer's is dropped, not carried on.
+    const carried = () => (meta.headers.baggage === undefined ? meta.headers : incomingTraceHeaders(meta.headers));
+    const facts: DeliveryFacts = { trace: () => (trace ??= continuedTraceHeaders(carried())), publishedAt: meta.timestamp };
     const result = batch.apply(event, facts);
     return result instanceof Promise ? result.then((applied) => [applied, facts.trace] as const) : [result, facts.trace];
   }

@@ -136,6 +136,17 @@ function withFactsInBaggage(ctx: Context, facts: SagaFacts): Context {
   return changed ? propagation.setBaggage(ctx, baggage) : ctx;
 }
 
+/**
+ * A consumed message's trace headers as ours to continue: its trace context (`traceparent`,
+ * `tracestate`), and baggage rebuilt from the event's own saga facts. Whatever else a producer put
+ * in `baggage` (an outside model worker's entries, a forged project id) is not carried into every
+ * later event of the saga, as an HTTP caller's is not (`incomingTraceHeaders`).
+ */
+export function consumedTraceHeaders(headers: IncomingHeaders, facts: SagaFacts): TraceHeaders {
+  const parent = propagation.deleteBaggage(propagation.extract(context.active(), incomingTraceHeaders(headers)));
+  return currentTraceHeaders(withFactsInBaggage(parent, facts));
+}
+
 /** A recording span handed to a library that does not import OpenTelemetry. */
 export interface TraceSpan {
   /** Adds saga facts: attributes now, and baggage for whatever `run` starts from now on. */

@@ -5,6 +5,7 @@ import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trac
 import { TelemetryErrors } from './errors';
 import { createLogger } from './logger';
 import {
+  consumedTraceHeaders,
   continuedTraceHeaders,
   currentTraceHeaders,
   installTracePropagation,
@@ -195,4 +196,17 @@ describe('telemetry: continuedTraceHeaders', () => {
       expect(continuedTraceHeaders(headers)).toEqual(slowPath(headers));
     });
   }
+});
+
+describe('telemetry: consumedTraceHeaders', () => {
+  it('continues the trace of a consumed message with baggage of the event\'s own saga facts, and nothing a producer added', () => {
+    const carried = consumedTraceHeaders({ traceparent, tracestate: 'vendor=1', baggage: 'tenant=acme,labelflow.project_id=forged,labelflow.task_id=other' }, { taskId: '7', projectId: 'p-1', attempt: 2 });
+    expect(carried).toMatchObject({ traceparent, tracestate: 'vendor=1' });
+    const entries = Object.fromEntries((carried.baggage ?? '').split(',').map((e) => e.split('=') as [string, string]));
+    expect(entries).toEqual({ 'labelflow.task_id': '7', 'labelflow.project_id': 'p-1', 'labelflow.attempt': '2' });
+  });
+
+  it('passes on no baggage for facts it was not given, and a message without trace headers starts none', () => {
+    expect(consumedTraceHeaders({ baggage: 'tenant=acme' }, {})).toEqual({});
+  });
 });
