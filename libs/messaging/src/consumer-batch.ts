@@ -329,6 +329,12 @@ export function createBatchHandler<E extends { readonly type: string }>(deps: Ba
       }
       resolve(item.raw.offset);
     }
-    await flush();
+    if ((await flush()) === 'aborted') return;
+    // A transactional producer's commit marker (a control record) or an aborted record after the
+    // last message: kafkajs hides them, and the group would stay one offset short of the high
+    // watermark for good (lag 1, the caught-up clock and every deadline sweeper stopped).
+    const last = items.at(-1);
+    const end = batch.lastOffset();
+    if (last !== undefined && BigInt(end) > BigInt(last.raw.offset)) resolve(end);
   }
 }

@@ -406,6 +406,42 @@ describe('the consumer loop', () => {
     await eventually(async () => expect(await lag()).toBe(0));
   });
 
+  it('commits past a transactional producer\'s commit markers, so the group reaches the high watermark and is caught up', async () => {
+    const t = await setup();
+    // As a model worker writing in transactions (Kafka Streams exactly-once, say) does: each
+    // commit leaves a control record kafkajs never hands to eachBatch.
+    const producer = kafka.producer({ transactionalId: uniqueName('tx'), idempotent: true, maxInFlightRequests: 1 });
+    await producer.connect();
+    try {
+      for (const ns of [[1, 2], [3]]) {
+        const tx = await producer.transaction();
+        await tx.send({ topic: t.topic, messages: ns.map((n) => ({ key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n }) })) });
+        await tx.commit();
+      }
+    } finally {
+      await producer.disconnect();
+    }
+    const applied: number[] = [];
+    const { loop } = await start({ ...t, applied, progressEveryMs: 100 });
+    await eventually(() => expect(applied).toEqual([1, 2, 3]));
+    // Offsets 0-1 and 3 hold the messages, 2 and 4 the markers: the high watermark is 5.
+    await eventually(async () => expect(await committed(t.groupId, t.topic)).toBe(5));
+    const produced = Date.now();
+    await eventually(() => expect(loop.caughtUpTo() ?? 0).toBeGreaterThanOrEqual(produced));
+    // A fetch of nothing but a marker (a transaction that wrote elsewhere, or was aborted) is committed past too.
+    const aborting = kafka.producer({ transactionalId: uniqueName('tx'), idempotent: true, maxInFlightRequests: 1 });
+    await aborting.connect();
+    try {
+      const tx = await aborting.transaction();
+      await tx.send({ topic: t.topic, messages: [{ key: 'k', value: JSON.stringify({ type: 'Msg', taskId: 'k', n: 4 }) }] });
+      await tx.abort();
+    } finally {
+      await aborting.disconnect();
+    }
+    await eventually(async () => expect(await committed(t.groupId, t.topic)).toBe(7));
+    expect(applied).toEqual([1, 2, 3]);
+  });
+
   it('counts a partition whose records were all deleted before the group ever committed there as caught up', async () => {
     const t = await setup();
     await send(t.topic, [1, 2, 3]);

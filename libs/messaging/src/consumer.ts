@@ -9,7 +9,7 @@ import { defaultRestart, superviseConsumer, type ConsumerHealth, type RestartPol
 import { createDeadLetter } from './dead-letter';
 import { defaultGroupCommit, groupCommit, type GroupCommitOptions } from './group-commit';
 import { IdleLongPollSetup, useIdleLongPoll } from './kafkajs-idle-fetch';
-import { createOffsetCommitter } from './offset-committer';
+import { createOffsetCommitter, type NextOffset } from './offset-committer';
 import { KeyPartitioner } from './partitioner';
 
 export interface ConsumerLoopOptions<E> {
@@ -133,6 +133,16 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
   const offsets = createOffsetCommitter({ log });
   // A new assignment: what this member resolved and did not commit is the partitions' new owners' to commit.
   consumer.on(consumer.events.GROUP_JOIN, () => offsets.reset());
+  // A fetch of nothing but control records or aborted records never reaches eachBatch: kafkajs
+  // resolves it itself and commits it only with auto-commit on. Everything before it on the
+  // partition was resolved (kafkajs fetches from there), so it is committed here, or the group
+  // would stay behind a transactional producer's last commit marker for good.
+  consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
+    if (payload.batchSize !== 0 || payload.lastOffset === undefined) return;
+    offsets.resolved(payload.topic, payload.partition, payload.lastOffset);
+    const send = Object.assign((next: readonly NextOffset[]) => consumer.commitOffsets(next.map((o) => ({ ...o }))), { usable: () => supervision.health().state === 'running' });
+    void offsets.commit(send);
+  });
   const runConfig: ConsumerRunConfig = {
     eachBatchAutoResolve: false,
     // Committed by the loop (offset-committer.ts): one request per batch done, shared by every batch done meanwhile.
