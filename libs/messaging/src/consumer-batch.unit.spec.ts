@@ -21,10 +21,11 @@ const message = (offset: number, value: string, traceId: string): KafkaMessage =
   ({ offset: String(offset), key: null, value: Buffer.from(value), headers: { traceparent: traceparent(traceId) }, timestamp: '0', attributes: 0 }) as KafkaMessage;
 
 /** A fetched batch as kafkajs hands it over, with what the handler resolved and committed. */
-const fakePayload = (messages: KafkaMessage[]) => {
+const fakePayload = (messages: KafkaMessage[], lastOffset = messages.at(-1)?.offset ?? '0') => {
   const resolved: string[] = [];
   const payload = {
-    batch: { topic: 't', partition: 0, messages },
+    // `lastOffset` past the last message: records kafkajs hides (a commit marker, an aborted record).
+    batch: { topic: 't', partition: 0, messages, lastOffset: () => lastOffset },
     resolveOffset: (offset: string) => resolved.push(offset),
     heartbeat: async () => undefined,
     commitOffsetsIfNecessary: async () => undefined,
@@ -110,5 +111,22 @@ describe('the batch handler: what a poison message leaves in traces and metrics'
     const text = await registry.render();
     expect(metricValue(text, 'consumer_messages_total', { outcome: 'dead_lettered' })).toBe(1);
     expect(metricValue(text, 'consumer_messages_total', { outcome: 'invalid' })).toBe(1);
+  });
+});
+
+describe('the batch handler: records kafkajs hides', () => {
+  it('resolves past a commit marker after the last message once the batch is done, and not when the batch was cut short', async () => {
+    const { handler } = setup((raw) => (raw.offset === '1' ? 'aborted' : 'done'));
+    const done = fakePayload([message(1, 'not json', TRACE_A)], '2');
+    // The dead letter of offset 1 is interrupted: nothing past it may be resolved.
+    await handler(done.payload);
+    expect(done.resolved).toEqual([]);
+    const { handler: healthy } = setup();
+    const again = fakePayload([message(1, 'not json', TRACE_A)], '2');
+    await healthy(again.payload);
+    expect(again.resolved).toEqual(['1', '2']);
+    const plain = fakePayload([message(1, 'not json', TRACE_A)]);
+    await healthy(plain.payload);
+    expect(plain.resolved).toEqual(['1']);
   });
 });
