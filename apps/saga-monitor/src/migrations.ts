@@ -102,4 +102,11 @@ CREATE TABLE saga_webhooks (
 );
 CREATE INDEX saga_webhooks_alert ON saga_webhooks (alert_key, id);`,
   },
+  {
+    version: 5,
+    name: 'dead letters: the project their body names',
+    // A letter's key ties it to a task, but whoever can write to a topic chooses the key: the
+    // project its readable body names decides whose timeline shows what it says.
+    sql: `ALTER TABLE dead_letters ADD COLUMN project_id text;`,
+  },
 ];

@@ -13,6 +13,8 @@ export interface DeadLetterRow {
   readonly offset: string;
   readonly service: string;
   readonly taskId: string | null;
+  /** The project its body names, when readable: a letter's key alone ties it to a task, and anyone who can write to a topic chooses the key. */
+  readonly projectId: string | null;
   readonly eventId: string | null;
   readonly eventType: string | null;
   readonly code: string;
@@ -28,6 +30,7 @@ const header = (headers: Headers | undefined, name: string): string | undefined 
   return one === undefined ? undefined : one.toString();
 };
 const TASK_ID = /^[1-9][0-9]{0,18}$/;
+const PROJECT_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
  * Cut, then made storable: a dead letter's text quotes what could not be read (V8's JSON error
@@ -55,7 +58,7 @@ const instant = (value: string | undefined): string | null => {
  */
 export function readDeadLetter(topic: string, partition: number, message: { offset: string; key: Buffer | null; value: Buffer | null; headers?: Headers }, prefix: string): DeadLetterRow {
   const key = message.key?.toString() ?? null;
-  let body: { id?: unknown; type?: unknown; taskId?: unknown } = {};
+  let body: { id?: unknown; type?: unknown; taskId?: unknown; projectId?: unknown } = {};
   try {
     const parsed: unknown = message.value ? JSON.parse(message.value.toString()) : {};
     if (parsed !== null && typeof parsed === 'object') body = parsed;
@@ -71,6 +74,7 @@ export function readDeadLetter(topic: string, partition: number, message: { offs
     offset: message.offset,
     service: topic.slice(prefix.length + 1, -'.dlq'.length),
     taskId,
+    projectId: typeof body.projectId === 'string' && PROJECT_ID.test(body.projectId) ? body.projectId.toLowerCase() : null,
     eventId: typeof body.id === 'string' ? text(body.id, 64) : null,
     eventType: eventType === undefined ? null : text(eventType, 100),
     code: text(header(message.headers, Dlq.code) ?? 'UNKNOWN', 100),
@@ -83,19 +87,19 @@ export function readDeadLetter(topic: string, partition: number, message: { offs
 /** Records a dead letter; false when it was recorded before (a re-read after a restart). */
 export async function recordDeadLetter(db: Queryable, d: DeadLetterRow): Promise<boolean> {
   const { rowCount } = await db.query(
-    `INSERT INTO dead_letters (topic, partition, "offset", service, task_id, event_id, event_type, code, reason, source, failed_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING`,
-    [d.topic, d.partition, d.offset, d.service, d.taskId, d.eventId, d.eventType, d.code, d.reason, d.source, d.failedAt],
+    `INSERT INTO dead_letters (topic, partition, "offset", service, task_id, project_id, event_id, event_type, code, reason, source, failed_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING`,
+    [d.topic, d.partition, d.offset, d.service, d.taskId, d.projectId, d.eventId, d.eventType, d.code, d.reason, d.source, d.failedAt],
   );
   return (rowCount ?? 0) > 0;
 }
 
 export async function deadLettersOf(db: Queryable, taskId: string): Promise<DeadLetterRow[]> {
-  const { rows } = await db.query<{ topic: string; partition: number; offset: string; service: string; task_id: string | null; event_id: string | null; event_type: string | null; code: string; reason: string; source: string | null; failed_at: Date | null }>(
-    `SELECT topic, partition, "offset"::text AS offset, service, task_id, event_id, event_type, code, reason, source, failed_at FROM dead_letters WHERE task_id = $1 ORDER BY recorded_at, topic, partition, "offset"`,
+  const { rows } = await db.query<{ topic: string; partition: number; offset: string; service: string; task_id: string | null; project_id: string | null; event_id: string | null; event_type: string | null; code: string; reason: string; source: string | null; failed_at: Date | null }>(
+    `SELECT topic, partition, "offset"::text AS offset, service, task_id, project_id, event_id, event_type, code, reason, source, failed_at FROM dead_letters WHERE task_id = $1 ORDER BY recorded_at, topic, partition, "offset"`,
     [taskId],
   );
-  return rows.map((r) => ({ topic: r.topic, partition: r.partition, offset: r.offset, service: r.service, taskId: r.task_id, eventId: r.event_id, eventType: r.event_type, code: r.code, reason: r.reason, source: r.source, failedAt: r.failed_at?.toISOString() ?? null }));
+  return rows.map((r) => ({ topic: r.topic, partition: r.partition, offset: r.offset, service: r.service, taskId: r.task_id, projectId: r.project_id, eventId: r.event_id, eventType: r.event_type, code: r.code, reason: r.reason, source: r.source, failedAt: r.failed_at?.toISOString() ?? null }));
 }
 
 /**
@@ -104,10 +108,13 @@ export async function deadLettersOf(db: Queryable, taskId: string): Promise<Dead
  */
 function followerMetrics(metrics: Metrics): ReturnType<typeof createConsumerMetrics> {
   const running = metrics.gauge('saga_monitor_dead_letter_follower_running', "1 while the follower of the services' dead-letter topics consumes, else 0");
+  const crashes = metrics.counter('saga_monitor_dead_letter_follower_crashes_total', 'Crashes of the follower of the dead-letter topics, by who restarts it', ['restart']);
+  // Both series from the start, as the main consumer's: one born at 1 hides its first crash from increase().
+  for (const restart of ['kafkajs', 'loop']) crashes.inc({ restart }, 0);
   return {
     ...createConsumerMetrics(undefined),
     runningGauge: running,
-    crashCount: metrics.counter('saga_monitor_dead_letter_follower_crashes_total', 'Crashes of the follower of the dead-letter topics, by who restarts it', ['restart']),
+    crashCount: crashes,
     restartCount: metrics.counter('saga_monitor_dead_letter_follower_restarts_total', 'Restarts of the follower the monitor made after kafkajs gave up'),
   };
 }

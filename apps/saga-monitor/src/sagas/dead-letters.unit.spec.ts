@@ -14,13 +14,14 @@ const headers = {
 
 describe('saga monitor: reading a dead letter', () => {
   it('takes the task from the key, the event from the value and the failure from the headers', () => {
-    const value = Buffer.from(JSON.stringify({ id: '42', type: 'LabelSubmitted', taskId: '7000000000000000001' }));
+    const value = Buffer.from(JSON.stringify({ id: '42', type: 'LabelSubmitted', taskId: '7000000000000000001', projectId: 'C6C7D0A2-1B2C-4D5E-8F90-ABCDEF012345' }));
     expect(readDeadLetter('lf.qa-svc.dlq', 1, { offset: '5', key: Buffer.from('7000000000000000001'), value, headers }, 'lf')).toEqual({
       topic: 'lf.qa-svc.dlq',
       partition: 1,
       offset: '5',
       service: 'qa-svc',
       taskId: '7000000000000000001',
+      projectId: 'c6c7d0a2-1b2c-4d5e-8f90-abcdef012345',
       eventId: '42',
       eventType: 'LabelSubmitted',
       code: 'SCHEMA_INVALID',
@@ -32,7 +33,7 @@ describe('saga monitor: reading a dead letter', () => {
 
   it('keeps a message that is not JSON and has no task key, with what its headers say', () => {
     const read = readDeadLetter('lf.task-svc.dlq', 0, { offset: '9', key: Buffer.from('garbage'), value: Buffer.from('\u0000\u0001'), headers: { 'dlq-error-code': 'DECODE_FAILED' } }, 'lf');
-    expect(read).toMatchObject({ service: 'task-svc', taskId: null, eventId: null, eventType: null, code: 'DECODE_FAILED', reason: '', source: null, failedAt: null });
+    expect(read).toMatchObject({ service: 'task-svc', taskId: null, projectId: null, eventId: null, eventType: null, code: 'DECODE_FAILED', reason: '', source: null, failedAt: null });
   });
 
   it('makes every text storable when the letter quotes unreadable bytes, as a JSON error on a NUL does', () => {

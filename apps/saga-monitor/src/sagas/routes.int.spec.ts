@@ -18,7 +18,7 @@ interface TimelineView {
   readonly attempts: readonly { attempt: number; ended: string | null }[];
   readonly events: readonly { type: string; attempt: number; service: string; kind: string; details: string; traceId: string | null; traceUrl: string | null }[];
   readonly watches: readonly { step: string; attempt: number; alerting: boolean }[];
-  readonly deadLetters: readonly { service: string; code: string; reason?: string; source?: string | null }[];
+  readonly deadLetters: readonly { service: string; code: string; eventId: string | null; eventType: string | null; projectId?: string | null; reason?: string; source?: string | null }[];
 }
 interface AlertsView {
   readonly alerts: readonly { taskId: string; step: string; attempt: number; alerting: boolean }[];
@@ -135,6 +135,9 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
       // The follower of the dead-letter topics reports under names of its own, beside the main consumer.
       const text = await metrics();
       expect(metricValue(text, 'saga_monitor_dead_letter_follower_running', {})).toBe(1);
+      // Both crash series from the start, so DeadLetterFollowerCrashLooping sees a first crash.
+      expect(text).toMatch(/^saga_monitor_dead_letter_follower_crashes_total\{[^}]*restart="kafkajs"[^}]*\} 0$/m);
+      expect(text).toMatch(/^saga_monitor_dead_letter_follower_crashes_total\{[^}]*restart="loop"[^}]*\} 0$/m);
       // Counted by the service that dead-lettered, under a label of its own: the process's own
       // service="saga-monitor" stays on every series.
       expect(metricValue(text, 'saga_monitor_dead_letters_recorded_total', { source_service: 'label-svc', service: 'saga-monitor' })).toBe(1);
@@ -146,6 +149,29 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
           expect.objectContaining({ service: 'saga-monitor', code: 'DECODE_FAILED', source: `${svc.prefix}.qa-events/2@7` }),
         ]),
       );
+    });
+
+    it('shows a project only the dead letters whose body names it or no project, and what a sender chose only when it names it', async () => {
+      const letter = (id: string, type: string, projectId: string) => ({
+        key: traced,
+        value: JSON.stringify({ id, type, taskId: traced, projectId, payload: 'unreadable' }),
+        headers: { 'dlq-error-code': 'SCHEMA_INVALID', 'dlq-error-message': 'payload: expected object', 'dlq-source-topic': `${svc.prefix}.label-events`, 'dlq-source-partition': '0', 'dlq-source-offset': '1', 'dlq-failed-at': new Date().toISOString() },
+      });
+      // Someone who can write to a topic keys a letter with another project's task.
+      await produceRaw(infra.kafkaBrokers, `${svc.prefix}.label-svc.dlq`, [letter('forged-1', 'Click here to claim your payout', elsewhere), letter('ours-1', 'LabelSubmitted', project)]);
+      const asAdmin = await eventually(async () => {
+        const found = (await svc.http(as.admin()).get<TimelineView>(`/sagas/${traced}`)).body;
+        expect(found.deadLetters).toHaveLength(2);
+        return found;
+      });
+      expect(asAdmin.deadLetters).toEqual(expect.arrayContaining([expect.objectContaining({ eventType: 'Click here to claim your payout', projectId: elsewhere })]));
+      const asManager = await timeline(traced);
+      expect(asManager.deadLetters).toEqual([expect.objectContaining({ service: 'label-svc', eventId: 'ours-1', eventType: 'LabelSubmitted', code: 'SCHEMA_INVALID' })]);
+      // A letter whose body names no project shows without what its sender chose.
+      expect((await timeline(reworked)).deadLetters.map((d) => [d.eventType, d.eventId])).toEqual([
+        [null, null],
+        [null, null],
+      ]);
     });
 
     it('answers 401 without a token, 403 to an annotator of the project, 404 to another project and to an unknown task', async () => {

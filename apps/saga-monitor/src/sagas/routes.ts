@@ -123,14 +123,22 @@ export function sagaRoutes(app: FastifyInstance, ctx: ServiceContext<SagaMonitor
       // What a service's consumer could not process; `npm run dlq -- replay` sends one back. The
       // reason is the consumer's error text (SQL, schema paths) and the coordinates are the DLQ's:
       // for the platform admins who run the replay, not for a project's people.
-      deadLetters: deadLetters.map((d) => ({
-        service: d.service,
-        eventId: d.eventId,
-        eventType: d.eventType,
-        code: d.code,
-        failedAt: d.failedAt,
-        ...(request.principal.admin ? { topic: d.topic, id: `${d.partition}:${d.offset}`, reason: d.reason, source: d.source } : {}),
-      })),
+      // A letter's key is whatever its sender chose: one whose body names another project is not
+      // this project's to see, and one whose body names none shows only what our own services
+      // wrote about it (which service, the code, when), not the type and id its sender chose.
+      deadLetters: deadLetters
+        .filter((d) => request.principal.admin || d.projectId === null || d.projectId === saga.projectId)
+        .map((d) => {
+          const vouched = request.principal.admin || d.projectId === saga.projectId;
+          return {
+            service: d.service,
+            eventId: vouched ? d.eventId : null,
+            eventType: vouched ? d.eventType : null,
+            code: d.code,
+            failedAt: d.failedAt,
+            ...(request.principal.admin ? { topic: d.topic, id: `${d.partition}:${d.offset}`, projectId: d.projectId, reason: d.reason, source: d.source } : {}),
+          };
+        }),
     };
   });
 }
