@@ -21,7 +21,8 @@ export async function runSagaMonitor(built: BuiltService<SagaMonitorConfig>): Pr
   try {
     startNoticeDrain({ pool, logger, metrics, queueWebhooks: webhook !== undefined, everyMs: config.MONITOR_NOTICE_POLL_MS }, lifecycle);
     if (webhook) {
-      // A post holds its row for longer than all its tries can take (each a timeout, and a jittered backoff of at most 7.5 s).
+      // A post holds its row for longer than all its tries can take (each a timeout, and a jittered
+      // backoff of at most 7.5 s); the relay leases no more rows than the webhook posts at once.
       const leaseMs = config.MONITOR_WEBHOOK_ATTEMPTS * (config.MONITOR_WEBHOOK_TIMEOUT_MS + 8_000) + 5_000;
       startWebhookRelay({ pool, webhook, logger, everyMs: config.MONITOR_NOTICE_POLL_MS, leaseMs }, lifecycle);
     }

@@ -68,6 +68,19 @@ describe('saga monitor: webhook posts queued with their notices', () => {
     expect(await queued()).toEqual([]);
   });
 
+  it('leases no more posts at once than the webhook sends at once, so none waits for a slot while its lease runs out', async () => {
+    for (let task = 1; task <= 14; task++) await notice('alert', alert(String(task)));
+    await drain(true);
+    const { fetch, bodies } = receiver();
+    const webhook = createWebhook({ url: 'http://hook.test/', attempts: 1, timeoutMs: 1_000, logger, fetch, concurrency: 4 });
+
+    expect(await relayWebhooksOnce({ pool, webhook, logger, everyMs: 1_000, leaseMs: 60_000, batch: 4 })).toBe(4);
+    expect(bodies).toHaveLength(4);
+    // By default as many as the webhook's default concurrency (WEBHOOK_CONCURRENCY, 8).
+    expect(await relay(createWebhook({ url: 'http://hook.test/', attempts: 1, timeoutMs: 1_000, logger, fetch }))).toBe(8);
+    expect(await queued()).toHaveLength(2);
+  });
+
   it("leases an alert's resolution only once its firing is gone, while other alerts go meanwhile", async () => {
     const firing = await notice('alert', alert('1'));
     const resolved = await notice('resolved', alert('1', { cause: 'arrived' }));

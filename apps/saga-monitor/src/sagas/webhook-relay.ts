@@ -1,9 +1,7 @@
 import type { Lifecycle, Pool } from '@labelflow/service-kit';
 import type { Logger } from '@labelflow/telemetry';
 import { forgetWebhooks, leaseWebhooks, releaseWebhooks } from './repository';
-import type { Webhook } from './webhook';
-
-const BATCH = 50;
+import { WEBHOOK_CONCURRENCY, type Webhook } from './webhook';
 
 export interface WebhookRelayDeps {
   readonly pool: Pool;
@@ -12,6 +10,12 @@ export interface WebhookRelayDeps {
   readonly everyMs: number;
   /** How long one post may hold its row: longer than all its tries and backoffs. */
   readonly leaseMs: number;
+  /**
+   * Rows leased at once: no more than the webhook posts at once (its `concurrency`, default
+   * WEBHOOK_CONCURRENCY). A row leased beyond them would wait for a slot with its lease running,
+   * and once the lease ran out another instance would post it too.
+   */
+  readonly batch?: number;
 }
 
 /**
@@ -21,7 +25,8 @@ export interface WebhookRelayDeps {
  * lease runs out, so a receiver may see a post twice (the body's `id` tells), never none.
  */
 export async function relayWebhooksOnce(deps: WebhookRelayDeps): Promise<number> {
-  const rows = await leaseWebhooks(deps.pool, BATCH, deps.leaseMs);
+  // One row per alert at most (leaseWebhooks), so no leased row waits behind another of its alert.
+  const rows = await leaseWebhooks(deps.pool, deps.batch ?? WEBHOOK_CONCURRENCY, deps.leaseMs);
   if (rows.length === 0) return 0;
   const outcomes = await Promise.all(rows.map(async (row) => ({ id: row.id, outcome: await deps.webhook.send(row.body) })));
   await forgetWebhooks(deps.pool, outcomes.filter((o) => o.outcome !== 'interrupted').map((o) => o.id));
@@ -36,7 +41,7 @@ export function startWebhookRelay(deps: WebhookRelayDeps, lifecycle: Lifecycle):
   let current: Promise<void> = Promise.resolve();
   const tick = () => {
     current = relayWebhooksOnce(deps)
-      .then((leased) => (leased === BATCH ? 0 : deps.everyMs))
+      .then((leased) => (leased === (deps.batch ?? WEBHOOK_CONCURRENCY) ? 0 : deps.everyMs))
       .catch((error: Error) => {
         deps.logger.warn({ err: error }, 'queued webhooks not posted; retrying');
         return deps.everyMs;

@@ -9,10 +9,13 @@ export interface WebhookDeps {
   readonly metrics?: Metrics;
   /** Backoff before the n-th retry (n from 1); 200 ms doubling to 5 s by default, each with ±50 % jitter. */
   readonly backoffMs?: (retry: number) => number;
-  /** Posts under way at once; the rest wait their turn. Default 8. */
+  /** Posts under way at once; the rest wait their turn. Default WEBHOOK_CONCURRENCY. */
   readonly concurrency?: number;
   readonly fetch?: typeof fetch;
 }
+
+/** The default of `concurrency`, and how many queued posts the relay leases at once (webhook-relay.ts). */
+export const WEBHOOK_CONCURRENCY = 8;
 
 /** How a post ended: taken, given up (its tries spent, or refused as wrong), or cut short by close. */
 export type WebhookOutcome = 'delivered' | 'failed' | 'interrupted';
@@ -41,7 +44,7 @@ export function createWebhook(deps: WebhookDeps): Webhook {
   const post = deps.fetch ?? fetch;
   // Jittered, so that a receiver that failed many posts at once is not hit again all at once.
   const backoff = deps.backoffMs ?? ((retry: number) => Math.min(200 * 2 ** (retry - 1), 5_000) * (0.5 + Math.random()));
-  const slots = createSlots(deps.concurrency ?? 8);
+  const slots = createSlots(deps.concurrency ?? WEBHOOK_CONCURRENCY);
   /** The last delivery of each alert: the next body of the same alert waits for it. */
   const chains = new Map<string, Promise<WebhookOutcome>>();
   const deliveries = deps.metrics?.counter('saga_webhook_deliveries_total', 'Alert notices posted to MONITOR_WEBHOOK_URL, by outcome', ['outcome']);
