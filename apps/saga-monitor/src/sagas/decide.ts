@@ -8,12 +8,18 @@ export type WatchCommand =
    */
   | { readonly type: 'Observe'; readonly fact: Fact; readonly deadlines: StepDeadlines; readonly publishedAt?: string }
   /** The sweeper's clock reached `now`: every watch due by then alerts, once. */
-  | { readonly type: 'Sweep'; readonly now: string };
+  | { readonly type: 'Sweep'; readonly now: string }
+  /** A platform admin ends an alerting watch whose event will never come, so its alert clears. */
+  | { readonly type: 'Dismiss'; readonly step: WatchedStep; readonly attempt: number; readonly at: string };
 
 export type WatchDecidedEvent = Exclude<WatchEvent, { readonly type: 'FactObserved' }>;
 
 export const WatchRejections = {
   NOTHING_DUE: 'NOTHING_DUE',
+  /** No open watch of that step and attempt: it never opened, or it closed meanwhile. */
+  WATCH_NOT_FOUND: 'WATCH_NOT_FOUND',
+  /** The watch is open but not overdue: dismissing it would silence an alert before there is one. */
+  WATCH_NOT_ALERTING: 'WATCH_NOT_ALERTING',
 } as const;
 export type WatchRejection = Rejection<keyof typeof WatchRejections>;
 
@@ -91,9 +97,18 @@ export function decide(command: WatchCommand, state: SagaWatchState): Decision<W
       if (due.length === 0) return { ok: false, reason: { code: WatchRejections.NOTHING_DUE, message: `no watch of the task is due at ${command.now}` } };
       return { ok: true, events: due.map((w) => ({ type: 'AlertRaised', step: w.step, attempt: w.attempt, since: w.since, dueAt: w.dueAt, at: command.now })) };
     }
+    case 'Dismiss':
+      return dismiss(state, command);
     default: {
       const unhandled: never = command;
       return unhandled;
     }
   }
+}
+
+function dismiss(state: SagaWatchState, { step, attempt, at }: { readonly step: WatchedStep; readonly attempt: number; readonly at: string }): Decision<WatchDecidedEvent, WatchRejection> {
+  const watch = state.watches.find((w) => w.step === step && w.attempt === attempt);
+  if (!watch) return { ok: false, reason: { code: WatchRejections.WATCH_NOT_FOUND, message: `no open ${step} watch of attempt ${attempt}` } };
+  if (watch.alertedAt === null) return { ok: false, reason: { code: WatchRejections.WATCH_NOT_ALERTING, message: `the ${step} watch of attempt ${attempt} is not alerting (due ${watch.dueAt})` } };
+  return { ok: true, events: [{ type: 'WatchClosed', step, attempt, cause: CloseCause.dismissed, at, since: watch.since, dueAt: watch.dueAt, alertedAt: watch.alertedAt }] };
 }

@@ -22,7 +22,7 @@ export function sagaMetrics(metrics: Metrics) {
   const m = {
     active: metrics.gauge('saga_alerts_active', 'Saga steps past their deadline right now, by step (every instance reports the same count: take the max)', ['step']),
     raised: metrics.counter('saga_alerts_total', 'Alerts raised: a saga step missed its deadline, by step', ['step']),
-    resolved: metrics.counter('saga_alerts_resolved_total', 'Alerts resolved, by step and cause (arrived, superseded by a rework, cancelled)', ['step', 'cause']),
+    resolved: metrics.counter('saga_alerts_resolved_total', 'Alerts resolved, by step and cause (arrived, superseded by a rework, cancelled, dismissed by an admin)', ['step', 'cause']),
     steps: metrics.histogram('saga_step_seconds', 'Time between two steps of one saga attempt (event time to event time)', ['from', 'to'], STEP_BUCKETS),
     outcomes: metrics.counter('saga_outcomes_total', 'Sagas ended, by outcome (a failed task completed by a billing retry counts both)', ['outcome']),
   };

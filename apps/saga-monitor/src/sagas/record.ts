@@ -2,7 +2,7 @@ import type { DomainEvent, EventType } from '@labelflow/contracts';
 import { fold, type Executed } from '@labelflow/service-kit';
 import { decide, type WatchDecidedEvent, type WatchRejection } from './decide';
 import { legsCompleted, outcomeOf, type Outcome } from './latency';
-import { evolve, type Fact, type SagaWatchState, type StepDeadlines, type WatchEvent } from './state';
+import { evolve, type Fact, type SagaWatchState, type StepDeadlines, type WatchedStep, type WatchEvent } from './state';
 
 const decider = { decide, evolve };
 
@@ -135,6 +135,13 @@ export function observeEvent(record: SagaRecord, event: DomainEvent, { deadlines
 }
 
 /** The sweeper's clock reached `now`: the task's overdue steps alert. */
+/** A platform admin dismissed one of the task's alerting watches: it closes, and its alert resolves. */
+export function dismissRecord(record: SagaRecord, step: WatchedStep, attempt: number, at: string): Executed<SagaRecord, WatchDecidedEvent, WatchRejection> {
+  const result = fold(decider, record.watch, { type: 'Dismiss', step, attempt, at });
+  if (!result.ok) return result;
+  return { ok: true, state: { ...record, watch: result.state, notices: [...record.notices, ...alertNotices(result.events, record.row)] }, events: result.events };
+}
+
 export function sweepRecord(record: SagaRecord, now: string): Executed<SagaRecord, WatchDecidedEvent, WatchRejection> {
   const result = fold(decider, record.watch, { type: 'Sweep', now });
   if (!result.ok) return result;

@@ -242,6 +242,29 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
       });
     });
 
+    it('lets a platform admin dismiss an alert whose event will never come, which resolves it, and no one else', async () => {
+      const abandoned = freshSnowflake();
+      await svc.plant('LabelSubmitted', plantAs(abandoned, 1), { annotatorId: 'ann-1', annotations: [{ label: 'cat', confidence: 0.9 }] });
+      await eventually(async () => {
+        const { alerts } = (await svc.http(manager).get<AlertsView>('/sagas/alerts')).body;
+        expect(alerts.filter((a) => a.taskId === abandoned)).toEqual([expect.objectContaining({ step: 'qa_started', attempt: 1, alerting: true })]);
+      });
+      const path = `/sagas/${abandoned}/alerts/qa_started/1/dismiss`;
+      expect(refusal(await svc.http(manager).post(path, {}))).toMatchObject({ status: 403, code: 'FORBIDDEN' });
+      expect(refusal(await svc.http(as.admin()).post(`/sagas/${abandoned}/alerts/qa_started/2/dismiss`, {}))).toMatchObject({ status: 404, code: 'WATCH_NOT_FOUND' });
+      expect(refusal(await svc.http(as.admin()).post(`/sagas/${abandoned}/alerts/lunch/1/dismiss`, {}))).toMatchObject({ status: 400, code: 'VALIDATION_FAILED' });
+      const dismissed = await svc.http(as.admin()).post(path, {});
+      expect(dismissed.status, JSON.stringify(dismissed.body)).toBe(200);
+      expect(dismissed.body).toEqual({ dismissed: { taskId: abandoned, step: 'qa_started', attempt: 1 } });
+      expect((await timeline(abandoned)).watches).toEqual([]);
+      await eventually(async () => {
+        expect((await svc.http(manager).get<AlertsView>('/sagas/alerts')).body.alerts.filter((a) => a.taskId === abandoned)).toEqual([]);
+        expect(metricValue(await metrics(), 'saga_alerts_resolved_total', { step: 'qa_started', cause: 'dismissed' })).toBe(1);
+      });
+      // Already closed: a second dismissal finds nothing to end.
+      expect(refusal(await svc.http(as.admin()).post(path, {}))).toMatchObject({ status: 404, code: 'WATCH_NOT_FOUND' });
+    });
+
     it('times every step of the saga and counts its outcome', async () => {
       // Latencies reach the metrics through notices drained on a timer, after the consumer
       // committed them, and the four topics arrive in no fixed order between them.

@@ -2,14 +2,22 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { Permission, projectsWith } from '@labelflow/auth';
 import { storable, TaskId, type ProjectId } from '@labelflow/contracts';
-import { guard, HttpError, parseInput, queryInt, type ServiceContext } from '@labelflow/service-kit';
+import { guard, HttpError, parseInput, queryInt, withTransaction, type ServiceContext } from '@labelflow/service-kit';
 import type { SagaMonitorConfig } from '../config';
 import { deadLettersOf } from './dead-letters';
-import { findSaga, overdueWatches, sagaEvents, sagaWatches, searchSagas, type EventDbRow, type SagaView, type StuckRow } from './repository';
+import { WatchRejections } from './decide';
+import { dismissRecord } from './record';
+import { findSaga, loadSagaForUpdate, overdueWatches, saveSagasMany, sagaEvents, sagaWatches, searchSagas, type EventDbRow, type SagaView, type StuckRow } from './repository';
+import { WatchedStep } from './state';
 import { causalOrder, describe, EventKind, kindOf } from './timeline';
 import { pageSecurityPolicy, renderPage } from './ui';
 
 const TaskParams = z.object({ taskId: TaskId });
+const WatchParams = z.object({
+  taskId: TaskId,
+  step: z.enum(Object.values(WatchedStep) as [WatchedStep, ...WatchedStep[]]),
+  attempt: z.coerce.number().int().min(1).max(1_000_000),
+});
 const SearchQuery = z.strictObject({
   /** A task id, or a task number such as PRJ-17 (any case). */
   search: storable(z.string().trim().min(1).max(64)).optional(),
@@ -140,5 +148,26 @@ export function sagaRoutes(app: FastifyInstance, ctx: ServiceContext<SagaMonitor
           };
         }),
     };
+  });
+
+  // An alert whose event will never come (a dead letter given up, a row lost with a database)
+  // would alert for good and hide the next one on its step: a platform admin ends it. The watch
+  // closes as `dismissed` and its alert resolves, notice, metric and webhook alike.
+  app.post('/sagas/:taskId/alerts/:step/:attempt/dismiss', async (request) => {
+    const { taskId, step, attempt } = parseInput(WatchParams, request.params, 'path');
+    if (!request.principal.admin) throw new HttpError(403, 'FORBIDDEN', 'dismissing an alert is for platform admins');
+    const result = await withTransaction(ctx.pool, async (tx) => {
+      const before = await loadSagaForUpdate(tx, taskId);
+      if (!before) return { ok: false as const, reason: sagaNotFound(taskId) };
+      const dismissed = dismissRecord(before, step, attempt, ctx.now().toISOString());
+      if (dismissed.ok) await saveSagasMany(tx, [{ before, after: dismissed.state }]);
+      return dismissed;
+    });
+    if (!result.ok) {
+      const status = result.reason.code === WatchRejections.WATCH_NOT_ALERTING ? 409 : 404;
+      throw new HttpError(status, result.reason.code, result.reason.message);
+    }
+    ctx.logger.info({ taskId, step, attempt, by: request.principal.subject }, 'saga alert dismissed');
+    return { dismissed: { taskId, step, attempt } };
   });
 }

@@ -77,7 +77,8 @@ export interface SagaWatchState {
   readonly cancelled: boolean;
 }
 
-export const CloseCause = { arrived: 'arrived', superseded: 'superseded', cancelled: 'cancelled' } as const;
+/** `dismissed`: a platform admin ended an alert whose event will never come (a dead letter given up, a lost outbox row). */
+export const CloseCause = { arrived: 'arrived', superseded: 'superseded', cancelled: 'cancelled', dismissed: 'dismissed' } as const;
 export type CloseCause = (typeof CloseCause)[keyof typeof CloseCause];
 
 export type WatchEvent =
