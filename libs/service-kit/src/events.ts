@@ -103,9 +103,27 @@ export async function withEmitTrace<T>(tx: Queryable, trace: TraceHeaders | unde
  */
 function checked(event: DomainEvent): DomainEvent {
   const parsed = TopicSchemas[topicOf(event.type)].safeParse(event);
-  if (parsed.success) return event;
-  const problems = parsed.error.issues.slice(0, 5).map((i) => `${i.path.join('.')}: ${i.message}`);
-  throw new ServiceKitError(ServiceKitErrors.EVENT_INVALID, `${event.type} does not match its schema: ${problems.join('; ')}`, { details: problems });
+  if (!parsed.success) {
+    const problems = parsed.error.issues.slice(0, 5).map((i) => `${i.path.join('.')}: ${i.message}`);
+    throw new ServiceKitError(ServiceKitErrors.EVENT_INVALID, `${event.type} does not match its schema: ${problems.join('; ')}`, { details: problems });
+  }
+  // Readers drop a field their schema does not declare without a word: one added here without a
+  // new version would reach the wire, and readers not yet upgraded would act without it. What is
+  // sent is the draft itself (a v1 event stays v1), so its fields are held against what parsing kept.
+  const extra = undeclared(event.payload, (parsed.data as DomainEvent).payload, 'payload');
+  if (extra.length > 0) {
+    throw new ServiceKitError(ServiceKitErrors.EVENT_INVALID, `${event.type} version ${event.version} does not declare ${extra.slice(0, 5).join(', ')}: a new field is a new version of the event (libs/contracts)`, { details: extra });
+  }
+  return event;
+}
+
+/** Paths of `sent` that `kept` (its parse) lacks: fields the schema does not declare. */
+function undeclared(sent: unknown, kept: unknown, path: string): string[] {
+  if (Array.isArray(sent)) return Array.isArray(kept) ? sent.flatMap((item, i) => undeclared(item, kept[i], `${path}.${i}`)) : [];
+  if (sent === null || typeof sent !== 'object' || kept === null || typeof kept !== 'object') return [];
+  return Object.keys(sent).flatMap((key) =>
+    Object.hasOwn(kept, key) ? undeclared((sent as Record<string, unknown>)[key], (kept as Record<string, unknown>)[key], `${path}.${key}`) : (sent as Record<string, unknown>)[key] === undefined ? [] : [`${path}.${key}`],
+  );
 }
 
 /**

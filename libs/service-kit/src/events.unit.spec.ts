@@ -73,6 +73,19 @@ describe('service-kit: createEmitter', () => {
     expect(statements).toEqual([]);
   });
 
+  it('refuses a field its event does not declare, also deep in the payload, since readers would drop it without a word', async () => {
+    const { tx, statements } = recordingTx();
+    const withExtra = { ...cancelled('ops'), payload: { reason: 'withdrawn', cancelledBy: 'ops', previousStatus: 'open', refundTo: 'ann-9' } } as unknown as EventDraft;
+    await expect(emit(tx, [withExtra])).rejects.toMatchObject({ code: 'EVENT_INVALID', message: 'TaskCancelled version 1 does not declare payload.refundTo: a new field is a new version of the event (libs/contracts)' });
+    const label = (annotations: unknown, version: 1 | 2 = 2) =>
+      ({ type: 'LabelSubmitted', version, taskId: '7391122347125620736', projectId: '22222222-2222-4222-8222-222222222222', attempt: 1, payload: { annotatorId: 'ann-1', annotations, ...(version === 2 ? { durationMs: null } : {}) } }) as unknown as EventDraft;
+    await expect(emit(tx, [label([{ label: 'cat', confidence: 0.9, polygon: [1, 2] }])])).rejects.toMatchObject({ code: 'EVENT_INVALID', details: ['payload.annotations.0.polygon'] });
+    expect(statements).toEqual([]);
+    // An optional field left undefined is not sent, and an older version sent as it is stays valid.
+    await expect(emit(tx, [{ ...cancelled('ops'), payload: { ...cancelled('ops').payload, extra: undefined } } as unknown as EventDraft])).resolves.toHaveLength(1);
+    await expect(emit(tx, [label([{ label: 'cat' }], 1)])).resolves.toEqual([expect.objectContaining({ version: 1 })]);
+  });
+
   it('prepares events as rows for a statement of the caller, the same rows emit writes, in order', async () => {
     const ids = ['7391122347129815041', '7391122347129815042'];
     const { prepare: prepareNumbered } = createEmitter({ producer: 'task-svc', topicPrefix: 'lf', channel: 'outbox', now: () => new Date('2026-01-01T00:00:00Z'), newId: () => ids.shift() ?? 'none' });
