@@ -1,7 +1,9 @@
 import nx from '@nx/eslint-plugin';
 import tseslint from 'typescript-eslint';
 
-const infra = ['kafkajs', 'pg', 'ioredis', 'fastify', 'pino', 'prom-client', '@opentelemetry/*', 'testcontainers', '@testcontainers/*'];
+// Each package and its deep paths (`pg/lib/client.js`): a subpath reaches the same infrastructure.
+const withSubpaths = (pkgs) => pkgs.flatMap((p) => [p, `${p}/**`]);
+const infra = withSubpaths(['kafkajs', 'pg', 'ioredis', 'fastify', 'pino', 'prom-client', '@opentelemetry/*', '@platformatic/*', '@redis/*', 'testcontainers', '@testcontainers/*']);
 
 // The layers, bottom up. A project may import only layers below its own; the infrastructure libs
 // share one layer so that none of them can lean on another (what two of them need belongs in
@@ -41,7 +43,7 @@ const boundaries = ({ testCode }) => {
         {
           sourceTag: 'type:app',
           onlyDependOnLibsWithTags: ['type:contracts', 'type:lib', ...testing],
-          bannedExternalImports: ['@opentelemetry/*', 'prom-client', ...(testCode ? [] : ['kafkajs'])],
+          bannedExternalImports: withSubpaths(['@opentelemetry/*', 'prom-client', ...(testCode ? [] : ['kafkajs', '@platformatic/*'])]),
         },
         // The auditor reads every service's database by design: it is an operations tool, not a service.
         { sourceTag: 'type:tool', onlyDependOnLibsWithTags: ['type:contracts', 'type:lib', 'type:tool', ...testing] },
@@ -53,6 +55,9 @@ const boundaries = ({ testCode }) => {
 };
 
 const noEnums = { selector: 'TSEnumDeclaration', message: 'Use an `as const` object instead of an enum.' };
+const contractsMessage = 'libs/contracts holds pure schemas: it imports zod and its own files, nothing else (no infrastructure, no Node built-ins, nothing loaded at run time).';
+// A `require` made at run time reaches any package past the import rules above.
+const noCreateRequire = ['node:module', 'module'].map((name) => ({ name, importNames: ['createRequire'], message: 'A run-time require gets past the import boundaries: import the package, or reach it through the lib that owns it.' }));
 const pureMessage = 'decide.ts and state.ts are pure: they import only @labelflow/contracts and files of their own capability (never its shell: repository, routes, reactions, execute, sweepers).';
 const deciderTypes = ['Decision', 'EventDraft', 'Rejection'];
 
@@ -70,6 +75,16 @@ export default [
       '@nx/enforce-module-boundaries': boundaries({ testCode: false }),
     },
   },
+  // Contracts: an allow-list, not a ban list, so a package nobody thought of is refused too.
+  {
+    files: ['libs/contracts/src/**/*.ts'],
+    ignores: ['**/*.spec.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': ['error', { patterns: [{ regex: '^(?!zod$|zod/|\\./)', message: contractsMessage }] }],
+      'no-restricted-syntax': ['error', noEnums, { selector: 'ImportExpression', message: contractsMessage }],
+    },
+  },
+  { files: ['apps/**/*.ts'], ignores: ['**/*.spec.ts'], rules: { 'no-restricted-imports': ['error', { paths: noCreateRequire }] } },
   // Specs and the scripts they spawn may use the testing lib (real infrastructure helpers); production code may not.
   {
     files: ['**/*.spec.ts', '**/test-support/**/*.ts'],

@@ -74,7 +74,9 @@ describe('layers: contracts → telemetry → plumbing → infrastructure libs �
   // Some upward imports are also caught as a cycle (the lower project already depends on the upper one).
   it.each(edges.filter((e) => !e.allowed))('$source may not import $target, a layer at or above its own', async ({ file, specifier }) => {
     const findings = await lint(file, importOf(specifier));
-    expect(findings).toEqual([{ ruleId: BOUNDARIES, message: expect.stringMatching(/can only depend on libs tagged with|Circular dependency/) }]);
+    // Contracts' own allow-list refuses the same import a second time.
+    const own = file.startsWith('libs/contracts/') ? [{ ruleId: PURE_IMPORTS, message: expect.stringContaining('libs/contracts holds pure schemas') }] : [];
+    expect(findings).toEqual([{ ruleId: BOUNDARIES, message: expect.stringMatching(/can only depend on libs tagged with|Circular dependency/) }, ...own]);
   });
 
   it('two infrastructure libs are kept apart by their shared layer tag, not only by cycle detection', async () => {
@@ -137,15 +139,26 @@ describe('services see each other only through contracts', { timeout: 60_000 }, 
 describe('contracts are pure schemas', { timeout: 60_000 }, () => {
   const file = 'libs/contracts/src/fixture.ts';
 
-  it.each(['kafkajs', 'pg', 'ioredis', 'fastify', 'pino', 'prom-client', '@opentelemetry/api', 'testcontainers', '@testcontainers/postgresql'])(
+  it.each(['kafkajs', 'pg', 'ioredis', 'fastify', 'pino', 'prom-client', '@opentelemetry/api', 'testcontainers', '@testcontainers/postgresql', '@platformatic/kafka', 'pg/lib/client.js'])(
     'contracts may not import the infrastructure package %s',
     async (pkg) => {
-      expect(await lint(file, importOf(pkg))).toEqual([{ ruleId: BOUNDARIES, message: expect.stringContaining(`"type:contracts" is not allowed to import "${pkg}"`) }]);
+      const findings = await lint(file, importOf(pkg));
+      expect(findings).toContainEqual({ ruleId: BOUNDARIES, message: expect.stringContaining(`"type:contracts" is not allowed to import "${pkg}"`) });
+      expect(findings).toContainEqual({ ruleId: PURE_IMPORTS, message: expect.stringContaining('libs/contracts holds pure schemas') });
     },
   );
 
-  it('contracts may import zod', async () => {
+  it.each(['jose', 'node:http', 'node:crypto', '@labelflow/telemetry'])('contracts may not import %s either: they hold an allow-list, not a ban list', async (pkg) => {
+    expect((await lint(file, importOf(pkg))).map((f) => f.ruleId)).toContain(PURE_IMPORTS);
+  });
+
+  it('contracts load nothing at run time', async () => {
+    expect((await lint(file, "export const later = () => import('zod');\n")).map((f) => f.ruleId)).toEqual([PURE_SYNTAX]);
+  });
+
+  it('contracts may import zod and their own files', async () => {
     expect(await lint(file, importOf('zod'))).toEqual([]);
+    expect(await lint(file, importOf('./ids'))).toEqual([]);
   });
 });
 
@@ -182,6 +195,15 @@ describe('apps reach Kafka only through @labelflow/messaging', { timeout: 60_000
 
   it.each(['apps/qa-svc/src/reviews/fixture.int.spec.ts', 'libs/messaging/src/fixture.ts'])('%s may import it', async (file) => {
     expect(await lint(file, kafkajs)).toEqual([]);
+  });
+
+  it.each(['@platformatic/kafka', 'kafkajs/src/index.js', 'prom-client/lib/counter.js', '@opentelemetry/api'])('an app may not reach %s by another client or a deep path either', async (pkg) => {
+    expect(await lint('apps/qa-svc/src/reviews/fixture.ts', importOf(pkg))).toEqual([{ ruleId: BOUNDARIES, message: `A project tagged with "type:app" is not allowed to import "${pkg}"` }]);
+  });
+
+  it('an app may not require a package at run time past the import rules', async () => {
+    const findings = await lint('apps/qa-svc/src/reviews/fixture.ts', "import { createRequire } from 'node:module';\nexport const kafka = createRequire(import.meta.url)('kafkajs');\n");
+    expect(findings.map((f) => f.ruleId)).toEqual([PURE_NAMES]);
   });
 });
 
