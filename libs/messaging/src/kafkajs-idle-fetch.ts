@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { MessagingError, MessagingErrors } from './errors';
 import { KAFKAJS_FIXED_VERSION } from './kafkajs-idle-loop';
 
 /**
@@ -107,6 +108,13 @@ export function useIdleLongPoll(groupId: string, policy: IdleLongPoll): { readon
   if (version !== KAFKAJS_FIXED_VERSION) return { setup: IdleLongPollSetup.versionMismatch, release: () => undefined };
   const policies = wrapFetch(require('kafkajs/src/consumer/consumerGroup.js') as ConsumerGroupClass);
   const held = policies.get(groupId);
+  // One group's consumers in a process share one policy; a second one would be ignored without a word.
+  if (held && (held.policy.waitMs !== policy.waitMs || held.policy.afterEmpty !== policy.afterEmpty)) {
+    throw new MessagingError(
+      MessagingErrors.CONFIG_INVALID,
+      `consumer group ${groupId} already fetches with an idle long poll of ${held.policy.waitMs} ms after ${held.policy.afterEmpty} empty fetches in this process; another of ${policy.waitMs} ms after ${policy.afterEmpty} would be ignored`,
+    );
+  }
   if (held) held.holders++;
   else policies.set(groupId, { policy, holders: 1 });
   let released = false;
