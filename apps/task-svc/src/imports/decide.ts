@@ -93,9 +93,13 @@ export function decideStart(command: StartUpload, job: ImportJob | null): { ok: 
   return { ok: true, resumed: true, job: { ...job, status: ImportStatus.running, uploads: job.uploads + 1, owner: command.owner, leaseExpiresAt, updatedAt: command.now } };
 }
 
-/** A job as its readers see it: a `running` job whose upload stopped giving signs of life is `interrupted`. */
+/**
+ * A job as its readers see it: a `running` job whose upload stopped giving signs of life is
+ * `interrupted`, unless it had completed before (a re-upload of a finished file that died changes
+ * nothing, so the job stays completed).
+ */
 export function statusAt(job: ImportJob, now: Date): ImportStatus {
-  if (job.status === ImportStatus.running && (job.leaseExpiresAt === null || job.leaseExpiresAt.getTime() <= now.getTime())) return ImportStatus.interrupted;
+  if (job.status === ImportStatus.running && (job.leaseExpiresAt === null || job.leaseExpiresAt.getTime() <= now.getTime())) return job.completedAt !== null ? ImportStatus.completed : ImportStatus.interrupted;
   return job.status;
 }
 

@@ -43,6 +43,12 @@ describe('starting an upload of an import job', () => {
     expect(statusAt(job, new Date('2026-01-01T00:00:31Z'))).toBe('interrupted');
     expect(summaryOf(job, new Date('2026-01-01T00:00:31Z')).status).toBe('interrupted');
   });
+
+  it('keeps a completed job completed when a re-upload of it died before its lease ran out', () => {
+    const rerun = { ...newJob(), completedAt: new Date('2025-12-31T23:00:00Z') };
+    expect(statusAt(rerun, now)).toBe('running');
+    expect(statusAt(rerun, new Date('2026-01-01T00:00:31Z'))).toBe('completed');
+  });
 });
 
 describe('the tasks a batch offers the insert', () => {

@@ -4,7 +4,7 @@ import { formatTaskNumber } from '@labelflow/idgen';
 import { isTransientDbError, withTransaction, type Pool, type Prepare, type PreparedEvents } from '@labelflow/service-kit';
 import type { Logger, TraceHeaders } from '@labelflow/telemetry';
 import { projectKeyFor } from '../tasks/repository';
-import { createdEvents, decideStart, distinctTasks, ImportStatus, progressOf, type BatchLines, type CreatedTask, type ImportJob, type LineError } from './decide';
+import { createdEvents, decideStart, distinctTasks, ImportStatus, MAX_REPORTED_ERRORS, progressOf, type BatchLines, type CreatedTask, type ImportJob, type LineError } from './decide';
 import { ImportError, ImportErrors } from './errors';
 import { createLineSplitter, createPrefixDigest, EMPTY_PREFIX, readLine, type ImportLine, type RawLine } from './parse';
 import { loadImport, releaseImport, renewImportLease, saveStartedImport, writeImportBatch } from './repository';
@@ -105,6 +105,9 @@ export async function runImport(deps: ImportDeps, upload: ImportUpload): Promise
   let position = 0;
   let tasks: { line: number; task: ImportLine }[] = [];
   let errors: LineError[] = [];
+  // Messages the job's report still has room for (progressOf keeps the first ones): the lines past
+  // it are counted without theirs, so a file of bad lines costs no memory for what is never stored.
+  let reportRoom = MAX_REPORTED_ERRORS - job.errors.length;
   let writing: Promise<void> = Promise.resolve();
   let failure: unknown;
 
@@ -120,7 +123,7 @@ export async function runImport(deps: ImportDeps, upload: ImportUpload): Promise
     }
     const verdict = readLine(line, settings.maxLineBytes);
     if (verdict.kind === 'task') tasks.push({ line: line.number, task: verdict.task });
-    else if (verdict.kind === 'rejected') errors.push({ line: line.number, code: verdict.code, message: verdict.message });
+    else if (verdict.kind === 'rejected') errors.push({ line: line.number, code: verdict.code, message: reportRoom-- > 0 ? verdict.message : '' });
     // A file of mostly bad lines still commits its progress now and then.
     if (tasks.length >= settings.batchSize || tasks.length + errors.length >= 4 * settings.batchSize) return cut(false);
     return undefined;

@@ -15,7 +15,9 @@ export type LineErrorCode = (typeof LineErrors)[keyof typeof LineErrors];
 export const ImportLine = z
   .object({
     externalId: storable(z.string().min(1).max(256)),
-    title: storable(z.string().trim().min(1).max(500)),
+    // Bounded before the trim: V8 trims to a slice of the string, and a short title padded with
+    // 60 KB of blanks would keep them all alive until its batch is written.
+    title: storable(z.string().max(600).trim().min(1).max(500)),
     dataUri: DataUri,
   })
   .strict();
@@ -126,6 +128,41 @@ export type LineVerdict =
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
+/**
+ * Longer than any string a good line holds, escaped (a 2,048-character `dataUri` of `\uXXXX`
+ * escapes is 12,288 bytes), and shorter than the 16,384 characters past which V8 hashes a string
+ * by its length alone: lines full of long keys of one length would make JSON.parse quadratic,
+ * seconds of CPU per line on the thread every request and consumer of the service shares.
+ */
+export const MAX_JSON_STRING_BYTES = 12_800;
+
+/** Whether a JSON text holds a string (a key or a value) longer than MAX_JSON_STRING_BYTES, counted in raw bytes. */
+export function hasOverlongString(bytes: Buffer): boolean {
+  let inString = false;
+  let start = 0;
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i];
+    if (!inString) {
+      if (b === 0x22) {
+        inString = true;
+        start = i;
+      }
+      continue;
+    }
+    if (b === 0x5c) i++;
+    else if (b === 0x22) inString = false;
+    if (i - start > MAX_JSON_STRING_BYTES) return true;
+  }
+  return inString && bytes.length - start > MAX_JSON_STRING_BYTES;
+}
+
+/**
+ * A fresh copy of a short message: a slice or a concatenation of a line's text would keep the
+ * whole line alive for as long as the message is (V8 slices and cons strings point into their
+ * parts), and a batch holds thousands of them.
+ */
+const own = (message: string): string => Buffer.from(message, 'utf8').toString('utf8');
+
 /** Reads one line: JSON of an `ImportLine`, or a reason naming what is wrong with it. */
 export function readLine(line: RawLine, maxLineBytes: number): LineVerdict {
   if ('tooLong' in line) return { kind: 'rejected', code: LineErrors.LINE_TOO_LONG, message: `line is ${line.tooLong.bytes} bytes, more than the ${maxLineBytes} allowed` };
@@ -136,17 +173,19 @@ export function readLine(line: RawLine, maxLineBytes: number): LineVerdict {
     return { kind: 'rejected', code: LineErrors.INVALID_UTF8, message: 'line is not valid UTF-8' };
   }
   if (text.trim() === '') return { kind: 'blank' };
+  if (hasOverlongString(line.bytes)) return { kind: 'rejected', code: LineErrors.VALIDATION_FAILED, message: `line holds a string longer than ${MAX_JSON_STRING_BYTES} bytes, more than any field allows` };
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch (error) {
     // The parser's message quotes the line: cut, then made storable, or one bad line would fail its whole batch.
-    return { kind: 'rejected', code: LineErrors.INVALID_JSON, message: toStorableText(`line is not JSON: ${(error as Error).message}`.slice(0, 300)) };
+    return { kind: 'rejected', code: LineErrors.INVALID_JSON, message: own(toStorableText(`line is not JSON: ${(error as Error).message}`.slice(0, 300))) };
   }
   const parsed = ImportLine.safeParse(json);
   if (parsed.success) return { kind: 'task', task: parsed.data };
-  const problems = parsed.error.issues.slice(0, 5).map((i) => `${['line', ...i.path.map(String)].join('.')} ${i.message}`);
-  return { kind: 'rejected', code: LineErrors.VALIDATION_FAILED, message: toStorableText(problems.join('; ').slice(0, 500)) };
+  // Each part capped before they are joined: zod quotes an unknown key whole in its message.
+  const problems = parsed.error.issues.slice(0, 5).map((i) => `${['line', ...i.path.map((p) => String(p).slice(0, 64))].join('.')} ${i.message.slice(0, 200)}`);
+  return { kind: 'rejected', code: LineErrors.VALIDATION_FAILED, message: own(toStorableText(problems.join('; ').slice(0, 500))) };
 }
 
 /**

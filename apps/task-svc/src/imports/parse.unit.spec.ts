@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { isStorableText } from '@labelflow/contracts';
-import { createLineSplitter, createPrefixDigest, EMPTY_PREFIX, LineErrors, readLine, type RawLine } from './parse';
+import { createLineSplitter, createPrefixDigest, EMPTY_PREFIX, hasOverlongString, LineErrors, MAX_JSON_STRING_BYTES, readLine, type RawLine } from './parse';
 
 const text = (line: RawLine) => ('bytes' in line ? line.bytes.toString('utf8') : `<too long: ${line.tooLong.bytes}>`);
 const split = (chunks: readonly (string | Buffer)[], max = 64) => {
@@ -107,6 +107,29 @@ describe('reading one import line', () => {
       expect(verdict.kind, JSON.stringify(line)).toBe('rejected');
       if (verdict.kind === 'rejected') expect(isStorableText(verdict.message), `${JSON.stringify(line)} → ${JSON.stringify(verdict.message)}`).toBe(true);
     }
+  });
+
+  it('rejects a line holding a string longer than any field before parsing it, since lines of long keys of one length make JSON.parse quadratic', () => {
+    const longKey = (n: number) => `{"${String(n).padStart(8, '0')}${'k'.repeat(60_000)}":1,"externalId":"e","title":"t","dataUri":"s3://b/d"}`;
+    for (let n = 0; n < 2_000; n++) {
+      const verdict = readLine({ number: n + 1, bytes: Buffer.from(longKey(n)) }, 100_000);
+      expect(verdict).toMatchObject({ kind: 'rejected', code: LineErrors.VALIDATION_FAILED, message: expect.stringContaining('longer than') });
+    }
+    // The longest good line passes: a 2,048-character dataUri and a 600-character title, escaped.
+    const escaped = JSON.stringify({ externalId: 'e'.repeat(256), title: '\u0001'.repeat(1), dataUri: `s3://b/${'\u00e9'.repeat(1)}${'d'.repeat(2_000)}` });
+    expect(hasOverlongString(Buffer.from(escaped))).toBe(false);
+    expect(hasOverlongString(Buffer.from(`"${'\\u0041'.repeat(2_048)}"`))).toBe(false);
+    expect(hasOverlongString(Buffer.from(`"${'a'.repeat(MAX_JSON_STRING_BYTES + 1)}"`))).toBe(true);
+    expect(hasOverlongString(Buffer.from(`{"a":"${'\\"'.repeat(MAX_JSON_STRING_BYTES)}"}`))).toBe(true);
+    expect(hasOverlongString(Buffer.from(`"${'a'.repeat(MAX_JSON_STRING_BYTES + 1)}`))).toBe(true);
+  });
+
+  it('keeps no more of a bad line than its short message, and refuses a title padded past 600 characters before trimming it', () => {
+    const verdict = readLine({ number: 1, bytes: Buffer.from(`{"externalId":"e","title":"t","dataUri":"s3://b/d","${'x'.repeat(12_000)}":1}`) }, 100_000);
+    expect(verdict).toMatchObject({ kind: 'rejected', code: LineErrors.VALIDATION_FAILED });
+    if (verdict.kind === 'rejected') expect(verdict.message.length).toBeLessThanOrEqual(500);
+    expect(read(JSON.stringify({ externalId: 'e', title: `cat${' '.repeat(598)}`, dataUri: 's3://b/d' }))).toMatchObject({ kind: 'rejected', code: LineErrors.VALIDATION_FAILED });
+    expect(readLine({ number: 1, bytes: Buffer.from(JSON.stringify({ externalId: 'e', title: `  cat${' '.repeat(590)}`, dataUri: 's3://b/d' })) }, 100_000)).toMatchObject({ kind: 'task', task: { title: 'cat' } });
   });
 
   it('rejects a line over the cap with LINE_TOO_LONG and its length', () => {
