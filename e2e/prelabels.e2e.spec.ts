@@ -12,6 +12,7 @@ const MACHINE_PRICE = 70;
 
 interface PrelabelsView {
   readonly attempt: number;
+  readonly truncated: boolean;
   readonly prelabels: readonly { readonly proposalId: string; readonly model: { name: string; version: string }; readonly annotations: readonly { label: string; confidence: number }[]; readonly autoSubmitted: boolean }[];
 }
 
@@ -79,6 +80,11 @@ describe('machine pre-labels', () => {
     const seen = await prelabelsOf(taskId);
     expect(seen.status, JSON.stringify(seen.body)).toBe(200);
     expect(seen.body.prelabels.map((p) => [p.model.name, p.autoSubmitted])).toEqual([['cat-detector', false], ['dog-detector', false]]);
+    expect(seen.body.truncated).toBe(false);
+    // Bounded to the latest: a worker that stamps a build id in each version makes as many as it likes.
+    const latest = await stack.http('label-svc', manager()).get<PrelabelsView>(`/tasks/${taskId}/prelabels?limit=1`);
+    expect([latest.body.truncated, latest.body.prelabels.map((p) => p.model.name)]).toEqual([true, ['dog-detector']]);
+    expect((await stack.http('label-svc', manager()).get(`/tasks/${taskId}/prelabels?limit=0`)).status).toBe(400);
     expect((await prelabelsOf(taskId, as.annotator('annotator-a', projectId))).status).toBe(200);
     expect((await prelabelsOf(taskId, as.annotator('annotator-b', projectId))).status).toBe(403);
     const metrics = await stack.metrics('label-svc');

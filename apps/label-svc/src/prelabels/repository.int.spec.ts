@@ -66,11 +66,13 @@ describe('label-svc pre-label repository', () => {
       await saveLabelTasks(tx, [{ before, after }]);
     });
 
-    expect((await listPrelabels(pool, taskId, 1, projectId)).map((p) => [p.model.version, p.proposalId, p.annotations, p.autoSubmitted])).toEqual([
+    expect((await listPrelabels(pool, taskId, 1, projectId, 50)).map((p) => [p.model.version, p.proposalId, p.annotations, p.autoSubmitted])).toEqual([
       ['1', `p-1-${projectId}`, [{ label: 'cat', confidence: 0.8 }], false],
       ['2', `p-2-${projectId}`, [{ label: 'cat', confidence: 0.8 }], false],
     ]);
-    expect(await listPrelabels(pool, taskId, 2, projectId)).toEqual([]);
+    expect(await listPrelabels(pool, taskId, 2, projectId, 50)).toEqual([]);
+    // Bounded to the latest ones, still in the order they arrived.
+    expect((await listPrelabels(pool, taskId, 1, projectId, 1)).map((p) => p.model.version)).toEqual(['2']);
     const { rows } = await pool.query('SELECT 1 FROM assignments WHERE task_id = $1', [taskId]);
     expect(rows).toEqual([]);
   });
@@ -89,7 +91,7 @@ describe('label-svc pre-label repository', () => {
       await saveLabelTasks(tx, [{ before, after }]);
     });
     expect((await pool.query('SELECT project_id FROM prelabels WHERE task_id = $1 ORDER BY project_id', [taskId])).rows.map((r) => r.project_id).sort()).toEqual([projectId, other].sort());
-    expect((await listPrelabels(pool, taskId, 1, projectId)).map((p) => p.proposalId)).toEqual([`p-7-${projectId}`]);
+    expect((await listPrelabels(pool, taskId, 1, projectId, 50)).map((p) => p.proposalId)).toEqual([`p-7-${projectId}`]);
 
     // Once the task's project is known, a batch carrying both takes that project's policy.
     await pool.query('INSERT INTO assignments (task_id, project_id, attempt, annotator_id, version) VALUES ($1, $2, 1, $3, 1)', [taskId, projectId, 'ann-1']);

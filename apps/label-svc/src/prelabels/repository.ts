@@ -98,7 +98,11 @@ export async function insertPrelabels(tx: Queryable, rows: readonly { readonly t
  * The task's proposals for one attempt, oldest first: those naming the task's project only. A
  * proposal kept before label-svc knew the task's project may name another; it is never shown.
  */
-export async function listPrelabels(db: Queryable, taskId: TaskId, attempt: number, projectId: ProjectId): Promise<PrelabelRecord[]> {
-  const { rows } = await db.query<PrelabelRow>('SELECT * FROM prelabels WHERE task_id = $1 AND attempt = $2 AND project_id = $3 ORDER BY received_at, model_name, model_version', [taskId, attempt, projectId]);
+/** The latest `limit` proposals of the attempt, in the order they arrived. */
+export async function listPrelabels(db: Queryable, taskId: TaskId, attempt: number, projectId: ProjectId, limit: number): Promise<PrelabelRecord[]> {
+  const { rows } = await db.query<PrelabelRow>(
+    'SELECT * FROM (SELECT * FROM prelabels WHERE task_id = $1 AND attempt = $2 AND project_id = $3 ORDER BY received_at DESC, model_name DESC, model_version DESC LIMIT $4) latest ORDER BY received_at, model_name, model_version',
+    [taskId, attempt, projectId, limit],
+  );
   return rows.map(toPrelabel);
 }

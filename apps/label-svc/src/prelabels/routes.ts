@@ -3,7 +3,7 @@ import type {} from '@labelflow/idempotency';
 import { z } from 'zod';
 import { can, Permission } from '@labelflow/auth';
 import { ModelName, ModelVersion, ProjectId, TaskId } from '@labelflow/contracts';
-import { guard, HttpError, parseInput, type ServiceContext } from '@labelflow/service-kit';
+import { guard, HttpError, parseInput, queryInt, type ServiceContext } from '@labelflow/service-kit';
 import type { LabelSvcConfig } from '../config';
 import { loadAssignment } from '../labels/repository';
 import { listPrelabels, loadPolicy, savePolicy, type PolicyRecord } from './repository';
@@ -16,6 +16,8 @@ const PolicyBody = z
   })
   .strict();
 const ProjectParams = z.object({ projectId: ProjectId });
+/** The latest proposals shown, at most. */
+const PrelabelsQuery = z.strictObject({ limit: queryInt(1, 200).default(50) });
 const TaskParams = z.object({ taskId: TaskId });
 
 const projectNotFound = (projectId: string) => ({ code: 'PROJECT_NOT_FOUND', message: `project ${projectId} does not exist` });
@@ -48,17 +50,21 @@ export function prelabelRoutes(app: FastifyInstance, ctx: ServiceContext<LabelSv
   // (managers, owners, admins). A proposal that came before the assignment is shown once it arrives.
   app.get('/tasks/:taskId/prelabels', async (request) => {
     const { taskId } = parseInput(TaskParams, request.params, 'path');
+    const { limit } = parseInput(PrelabelsQuery, request.query, 'query');
     const assignment = await loadAssignment(ctx.pool, taskId);
     if (!assignment) throw new HttpError(404, 'TASK_NOT_FOUND', `label-svc knows nothing of task ${taskId}`);
     guard(request, Permission.labelsRead, assignment.projectId, taskNotFound(taskId));
     if (!can(request.principal, Permission.peopleRead, assignment.projectId) && assignment.annotatorId !== request.principal.subject) {
       throw new HttpError(403, 'NOT_ASSIGNEE', `the proposals of task ${taskId} are shown to its assignee and to the project's managers`);
     }
-    const rows = await listPrelabels(ctx.pool, taskId, assignment.attempt, assignment.projectId);
+    // Each model version is a proposal of its own: a worker stamping a build id in the version
+    // makes as many as it likes, so the list is bounded to the latest ones.
+    const rows = await listPrelabels(ctx.pool, taskId, assignment.attempt, assignment.projectId, limit + 1);
     return {
       taskId,
       attempt: assignment.attempt,
-      prelabels: rows.map((p) => ({
+      truncated: rows.length > limit,
+      prelabels: rows.slice(rows.length > limit ? 1 : 0).map((p) => ({
         proposalId: p.proposalId,
         model: p.model,
         annotations: p.annotations,
