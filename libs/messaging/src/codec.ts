@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import { EnvelopeHeader, unsupportedVersion } from '@labelflow/contracts';
+import { hasJsonStringLongerThan, V8_LENGTH_HASHED_STRING } from '@labelflow/plumbing';
 import { MessagingErrors } from './errors';
 
 export interface RawMessage {
@@ -27,6 +28,11 @@ export const coordinates = (m: Pick<RawMessage, 'topic' | 'partition' | 'offset'
 export function decodeMessage<S extends z.ZodType>(schema: S, message: RawMessage): Decoded<z.infer<S>> {
   if (!message.value || message.value.length === 0) {
     return { ok: false, reason: { code: MessagingErrors.DECODE_FAILED, message: 'empty message value' } };
+  }
+  // Anyone who may write to a topic (a model worker on the pre-label topic) could otherwise send
+  // keys that make JSON.parse quadratic: no event holds a string near this long.
+  if (hasJsonStringLongerThan(message.value, V8_LENGTH_HASHED_STRING)) {
+    return { ok: false, reason: { code: MessagingErrors.DECODE_FAILED, message: `value holds a string over ${V8_LENGTH_HASHED_STRING} bytes, longer than any field of any event` } };
   }
   let json: unknown;
   try {

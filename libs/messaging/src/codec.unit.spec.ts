@@ -104,6 +104,12 @@ describe('messaging: decodeMessage', () => {
     expect(decode(message(json({ ...event, type: 'TaskPaused', attempt: 0 })))).toMatchObject({ ok: false, reason: { code: MessagingErrors.SCHEMA_INVALID } });
   });
 
+  it('refuses a value holding a string longer than any event field as DECODE_FAILED before parsing it, since long keys of one length make JSON.parse quadratic', () => {
+    const keys = Array.from({ length: 3 }, (_, n) => `"${n}${'k'.repeat(16_383)}":1`).join(',');
+    expect(decode(message(Buffer.from(`{${keys}}`)))).toEqual({ ok: false, reason: { code: MessagingErrors.DECODE_FAILED, message: 'value holds a string over 16383 bytes, longer than any field of any event' } });
+    expect(decode(message(json(event)))).toMatchObject({ ok: true });
+  });
+
   it('reads header values as strings, takes the first of repeated ones and treats null values as absent', () => {
     expect(headersToStrings({ a: Buffer.from('x'), b: 'y', c: [Buffer.from('1'), Buffer.from('2')], d: null, e: [null], f: undefined })).toEqual({ a: 'x', b: 'y', c: '1' });
     expect(headersToStrings(undefined)).toEqual({});

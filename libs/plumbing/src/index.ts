@@ -8,3 +8,4 @@ export * from './breaker';
 export * from './lua';
 export * from './redis-guard';
 export * from './stall-watch';
+export * from './json-guard';

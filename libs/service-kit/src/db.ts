@@ -6,6 +6,8 @@ export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
 // The one home of these is @labelflow/plumbing; apps keep importing them from here.
 export { isTransientDbError, pgArray, runInOwnTransaction, withTransaction, type Queryable, type TransactionOptions } from '@labelflow/plumbing';
+// The JSON guard of request bodies, also for the apps' own parsing (task-svc's import lines).
+export { hasJsonStringLongerThan, V8_LENGTH_HASHED_STRING } from '@labelflow/plumbing';
 
 export interface PoolOptions {
   readonly max?: number;

@@ -4,7 +4,7 @@ import type { z } from 'zod';
 import { can, installAuth, Permission, type AuthHookOptions } from '@labelflow/auth';
 import type { ErrorBody } from '@labelflow/contracts';
 import { continuedTraceHeaders, incomingTraceHeaders, startSpan, tracingEnabled, type Logger, type Metrics, type SagaFacts, type TraceHeaders, type TraceSpan } from '@labelflow/telemetry';
-import { isTransientDbError } from './db';
+import { hasJsonStringLongerThan, isTransientDbError, V8_LENGTH_HASHED_STRING } from './db';
 import { HttpError, ServiceKitError, ServiceKitErrors } from './errors';
 import { PREFERENCE_APPLIED_HEADER } from './prefer';
 
@@ -156,6 +156,12 @@ function readBodiesStrictly(app: FastifyInstance, bodyTimeoutMs: number): void {
       text = strictUtf8.decode(body as Buffer);
     } catch {
       done(new HttpError(400, 'INVALID_JSON', 'request body is not valid UTF-8'), undefined);
+      return;
+    }
+    // Keys past this length would make JSON.parse quadratic (plumbing's json-guard); no field of
+    // any route takes a string near it.
+    if (hasJsonStringLongerThan(body as Buffer, V8_LENGTH_HASHED_STRING)) {
+      done(new HttpError(400, 'VALIDATION_FAILED', `request body holds a string over ${V8_LENGTH_HASHED_STRING} bytes, longer than any field takes`), undefined);
       return;
     }
     parseJson(request, text, done);

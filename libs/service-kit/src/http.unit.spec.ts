@@ -474,6 +474,18 @@ describe('service-kit: requests no route can read', () => {
     expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: '' })).json()).toMatchObject({ error: { code: 'INVALID_JSON' } });
   });
 
+  it('refuses a JSON body holding a string longer than any field before parsing it, since long keys of one length make JSON.parse quadratic', async () => {
+    const server = app();
+    server.post('/echo', async (request) => request.body);
+    const headers = { ...(await bearer({ admin: true })), 'content-type': 'application/json' };
+    const keys = Array.from({ length: 40 }, (_, n) => `"${String(n).padStart(4, '0')}${'k'.repeat(20_000)}":1`).join(',');
+    const bad = await server.inject({ method: 'POST', url: '/echo', headers, payload: `{${keys}}` });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json()).toEqual({ error: { code: 'VALIDATION_FAILED', message: 'request body holds a string over 16383 bytes, longer than any field takes' } });
+    const long = { reason: 'r'.repeat(16_383) };
+    expect((await server.inject({ method: 'POST', url: '/echo', headers, payload: JSON.stringify(long) })).json()).toEqual(long);
+  });
+
   it('routes a path parameter as long as an actor name may be, percent-encoded', async () => {
     const { server, url } = await listening();
     try {

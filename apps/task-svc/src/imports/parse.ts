@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { DataUri, storable, toStorableText } from '@labelflow/contracts';
+import { hasJsonStringLongerThan } from '@labelflow/service-kit';
 import { z } from 'zod';
 
 /** Why a line of an import file was rejected. The rest of the file goes on regardless. */
@@ -131,30 +132,11 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
 /**
  * Longer than any string a good line holds, escaped (a 2,048-character `dataUri` of `\uXXXX`
  * escapes is 12,288 bytes), and shorter than the 16,384 characters past which V8 hashes a string
- * by its length alone: lines full of long keys of one length would make JSON.parse quadratic,
- * seconds of CPU per line on the thread every request and consumer of the service shares.
+ * by its length alone (`V8_LENGTH_HASHED_STRING`): lines full of long keys of one length would
+ * make JSON.parse quadratic, seconds of CPU per line on the thread every request and consumer of
+ * the service shares.
  */
 export const MAX_JSON_STRING_BYTES = 12_800;
-
-/** Whether a JSON text holds a string (a key or a value) longer than MAX_JSON_STRING_BYTES, counted in raw bytes. */
-export function hasOverlongString(bytes: Buffer): boolean {
-  let inString = false;
-  let start = 0;
-  for (let i = 0; i < bytes.length; i++) {
-    const b = bytes[i];
-    if (!inString) {
-      if (b === 0x22) {
-        inString = true;
-        start = i;
-      }
-      continue;
-    }
-    if (b === 0x5c) i++;
-    else if (b === 0x22) inString = false;
-    if (i - start > MAX_JSON_STRING_BYTES) return true;
-  }
-  return inString && bytes.length - start > MAX_JSON_STRING_BYTES;
-}
 
 /**
  * A fresh copy of a short message: a slice or a concatenation of a line's text would keep the
@@ -173,7 +155,7 @@ export function readLine(line: RawLine, maxLineBytes: number): LineVerdict {
     return { kind: 'rejected', code: LineErrors.INVALID_UTF8, message: 'line is not valid UTF-8' };
   }
   if (text.trim() === '') return { kind: 'blank' };
-  if (hasOverlongString(line.bytes)) return { kind: 'rejected', code: LineErrors.VALIDATION_FAILED, message: `line holds a string longer than ${MAX_JSON_STRING_BYTES} bytes, more than any field allows` };
+  if (hasJsonStringLongerThan(line.bytes, MAX_JSON_STRING_BYTES)) return { kind: 'rejected', code: LineErrors.VALIDATION_FAILED, message: `line holds a string longer than ${MAX_JSON_STRING_BYTES} bytes, more than any field allows` };
   let json: unknown;
   try {
     json = JSON.parse(text);

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { isStorableText } from '@labelflow/contracts';
-import { createLineSplitter, createPrefixDigest, EMPTY_PREFIX, hasOverlongString, LineErrors, MAX_JSON_STRING_BYTES, readLine, type RawLine } from './parse';
+import { hasJsonStringLongerThan } from '@labelflow/service-kit';
+import { createLineSplitter, createPrefixDigest, EMPTY_PREFIX, LineErrors, MAX_JSON_STRING_BYTES, readLine, type RawLine } from './parse';
 
 const text = (line: RawLine) => ('bytes' in line ? line.bytes.toString('utf8') : `<too long: ${line.tooLong.bytes}>`);
 const split = (chunks: readonly (string | Buffer)[], max = 64) => {
@@ -117,11 +118,11 @@ describe('reading one import line', () => {
     }
     // The longest good line passes: a 2,048-character dataUri and a 600-character title, escaped.
     const escaped = JSON.stringify({ externalId: 'e'.repeat(256), title: '\u0001'.repeat(1), dataUri: `s3://b/${'\u00e9'.repeat(1)}${'d'.repeat(2_000)}` });
-    expect(hasOverlongString(Buffer.from(escaped))).toBe(false);
-    expect(hasOverlongString(Buffer.from(`"${'\\u0041'.repeat(2_048)}"`))).toBe(false);
-    expect(hasOverlongString(Buffer.from(`"${'a'.repeat(MAX_JSON_STRING_BYTES + 1)}"`))).toBe(true);
-    expect(hasOverlongString(Buffer.from(`{"a":"${'\\"'.repeat(MAX_JSON_STRING_BYTES)}"}`))).toBe(true);
-    expect(hasOverlongString(Buffer.from(`"${'a'.repeat(MAX_JSON_STRING_BYTES + 1)}`))).toBe(true);
+    expect(hasJsonStringLongerThan(Buffer.from(escaped), MAX_JSON_STRING_BYTES)).toBe(false);
+    expect(hasJsonStringLongerThan(Buffer.from(`"${'\\u0041'.repeat(2_048)}"`), MAX_JSON_STRING_BYTES)).toBe(false);
+    expect(hasJsonStringLongerThan(Buffer.from(`"${'a'.repeat(MAX_JSON_STRING_BYTES + 1)}"`), MAX_JSON_STRING_BYTES)).toBe(true);
+    expect(hasJsonStringLongerThan(Buffer.from(`{"a":"${'\\"'.repeat(MAX_JSON_STRING_BYTES)}"}`), MAX_JSON_STRING_BYTES)).toBe(true);
+    expect(hasJsonStringLongerThan(Buffer.from(`"${'a'.repeat(MAX_JSON_STRING_BYTES + 1)}`), MAX_JSON_STRING_BYTES)).toBe(true);
   });
 
   it('keeps no more of a bad line than its short message, and refuses a title padded past 600 characters before trimming it', () => {
