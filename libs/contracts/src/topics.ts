@@ -93,6 +93,9 @@ export type ConsumedOf<T extends ConsumedType> = Extract<ConsumedEvent, { type: 
 
 export const isInputType = (type: string): type is InputEventType => Object.hasOwn(inputOwnerOf, type);
 
+/** Whether `type` names an event or input message type of the contracts (not just any string a message carried). */
+export const isConsumedType = (type: string): type is ConsumedType => Object.hasOwn(ownerOf, type) || isInputType(type);
+
 /** The input topic a message type arrives on. */
 export const inputTopicOf = (type: InputEventType): InputTopicKey => inputOwnerOf[type];
 

@@ -1,6 +1,6 @@
 import { toStorableText, TopicOwners } from '@labelflow/contracts';
 import { createConsumerMetrics, createKafka, defaultRestart, ensureTopics, superviseConsumer, type SupervisedRunConfig } from '@labelflow/messaging';
-import { deadLetterTopic, isTransientDbError, kafkaSecurity, type Lifecycle, type Pool, type Queryable } from '@labelflow/service-kit';
+import { deadLetterTopic, hasJsonStringLongerThan, isTransientDbError, kafkaSecurity, V8_LENGTH_HASHED_STRING, type Lifecycle, type Pool, type Queryable } from '@labelflow/service-kit';
 import type { Logger, Metrics } from '@labelflow/telemetry';
 import type { SagaMonitorConfig } from '../config';
 
@@ -60,7 +60,10 @@ export function readDeadLetter(topic: string, partition: number, message: { offs
   const key = message.key?.toString() ?? null;
   let body: { id?: unknown; type?: unknown; taskId?: unknown; projectId?: unknown } = {};
   try {
-    const parsed: unknown = message.value ? JSON.parse(message.value.toString()) : {};
+    // A letter is often what a consumer refused to parse: one of long keys of one length would
+    // make JSON.parse quadratic here too (plumbing's json-guard), so it is read by its headers alone.
+    const readable = message.value !== null && !hasJsonStringLongerThan(message.value, V8_LENGTH_HASHED_STRING);
+    const parsed: unknown = readable && message.value ? JSON.parse(message.value.toString()) : {};
     if (parsed !== null && typeof parsed === 'object') body = parsed;
   } catch {
     // Not JSON: the headers and the key still say what it was.
@@ -84,14 +87,20 @@ export function readDeadLetter(topic: string, partition: number, message: { offs
   };
 }
 
-/** Records a dead letter; false when it was recorded before (a re-read after a restart). */
+/**
+ * Records a dead letter; false when it was recorded before (a re-read after a restart). A letter
+ * recorded before the monitor kept projects (migration 5) gets its project when read again (a
+ * replay of the follower's group), without counting as new.
+ */
 export async function recordDeadLetter(db: Queryable, d: DeadLetterRow): Promise<boolean> {
-  const { rowCount } = await db.query(
+  const { rows } = await db.query<{ inserted: boolean }>(
     `INSERT INTO dead_letters (topic, partition, "offset", service, task_id, project_id, event_id, event_type, code, reason, source, failed_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING`,
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+     ON CONFLICT (topic, partition, "offset") DO UPDATE SET project_id = EXCLUDED.project_id WHERE dead_letters.project_id IS NULL AND EXCLUDED.project_id IS NOT NULL
+     RETURNING (xmax = 0) AS inserted`,
     [d.topic, d.partition, d.offset, d.service, d.taskId, d.projectId, d.eventId, d.eventType, d.code, d.reason, d.source, d.failedAt],
   );
-  return (rowCount ?? 0) > 0;
+  return rows[0]?.inserted === true;
 }
 
 export async function deadLettersOf(db: Queryable, taskId: string): Promise<DeadLetterRow[]> {

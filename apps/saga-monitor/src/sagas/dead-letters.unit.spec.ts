@@ -51,6 +51,13 @@ describe('saga monitor: reading a dead letter', () => {
     expect(read.taskId).toBeNull();
   });
 
+  it('reads a letter holding a string longer than any field by its headers alone, since parsing long keys of one length is quadratic', () => {
+    const keys = Array.from({ length: 3 }, (_, n) => `"${n}${'k'.repeat(16_383)}":1`).join(',');
+    const value = Buffer.from(`{"type":"Forged","projectId":"22222222-2222-4222-8222-222222222222",${keys}}`);
+    const read = readDeadLetter('lf.label-svc.dlq', 0, { offset: '8', key: Buffer.from('7000000000000000001'), value, headers }, 'lf');
+    expect(read).toMatchObject({ taskId: '7000000000000000001', projectId: null, eventId: null, eventType: 'LabelSubmitted', code: 'SCHEMA_INVALID' });
+  });
+
   it('leaves no half of a surrogate pair where a long text is cut', () => {
     const read = readDeadLetter('lf.qa-svc.dlq', 0, { offset: '4', key: null, value: null, headers: { ...headers, 'dlq-error-message': `${'x'.repeat(3_999)}😀` } }, 'lf');
     expect(isStorableText(read.reason)).toBe(true);

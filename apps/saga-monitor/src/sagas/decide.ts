@@ -10,7 +10,7 @@ export type WatchCommand =
   /** The sweeper's clock reached `now`: every watch due by then alerts, once. */
   | { readonly type: 'Sweep'; readonly now: string }
   /** A platform admin ends an alerting watch whose event will never come, so its alert clears. */
-  | { readonly type: 'Dismiss'; readonly step: WatchedStep; readonly attempt: number; readonly at: string };
+  | { readonly type: 'Dismiss'; readonly step: WatchedStep; readonly attempt: number; readonly at: string; readonly by: string };
 
 export type WatchDecidedEvent = Exclude<WatchEvent, { readonly type: 'FactObserved' }>;
 
@@ -106,9 +106,9 @@ export function decide(command: WatchCommand, state: SagaWatchState): Decision<W
   }
 }
 
-function dismiss(state: SagaWatchState, { step, attempt, at }: { readonly step: WatchedStep; readonly attempt: number; readonly at: string }): Decision<WatchDecidedEvent, WatchRejection> {
+function dismiss(state: SagaWatchState, { step, attempt, at, by }: { readonly step: WatchedStep; readonly attempt: number; readonly at: string; readonly by: string }): Decision<WatchDecidedEvent, WatchRejection> {
   const watch = state.watches.find((w) => w.step === step && w.attempt === attempt);
   if (!watch) return { ok: false, reason: { code: WatchRejections.WATCH_NOT_FOUND, message: `no open ${step} watch of attempt ${attempt}` } };
   if (watch.alertedAt === null) return { ok: false, reason: { code: WatchRejections.WATCH_NOT_ALERTING, message: `the ${step} watch of attempt ${attempt} is not alerting (due ${watch.dueAt})` } };
-  return { ok: true, events: [{ type: 'WatchClosed', step, attempt, cause: CloseCause.dismissed, at, since: watch.since, dueAt: watch.dueAt, alertedAt: watch.alertedAt }] };
+  return { ok: true, events: [{ type: 'WatchClosed', step, attempt, cause: CloseCause.dismissed, at, since: watch.since, dueAt: watch.dueAt, alertedAt: watch.alertedAt, by }] };
 }

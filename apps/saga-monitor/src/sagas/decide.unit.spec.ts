@@ -192,12 +192,12 @@ describe('saga watchdog: alerts', () => {
 
 describe('saga watchdog: dismissing an alert', () => {
   const waiting = run(given(), observe('LabelSubmitted', 1, 0));
-  const dismiss = (attempt = 1, ms = 9_000): WatchCommand => ({ type: 'Dismiss', step: 'qa_started', attempt, at: at(ms) });
+  const dismiss = (attempt = 1, ms = 9_000): WatchCommand => ({ type: 'Dismiss', step: 'qa_started', attempt, at: at(ms), by: 'ops-1' });
 
   it('closes an alerting watch as dismissed, with when it was raised, so its alert resolves', () => {
     const alerting = run(waiting, sweep(6_000));
     const { decision, state } = when(alerting, dismiss());
-    expect(decision).toEqual({ ok: true, events: [{ type: 'WatchClosed', step: 'qa_started', attempt: 1, cause: 'dismissed', at: at(9_000), since: at(0), dueAt: at(5_000), alertedAt: at(6_000) }] });
+    expect(decision).toEqual({ ok: true, events: [{ type: 'WatchClosed', step: 'qa_started', attempt: 1, cause: 'dismissed', at: at(9_000), since: at(0), dueAt: at(5_000), alertedAt: at(6_000), by: 'ops-1' }] });
     expect(state.watches).toEqual([]);
     // The event arriving after all opens nothing again for the dismissed step.
     expect(when(state, observe('QaStarted', 1, 10_000)).decision).toEqual({ ok: true, events: [] });

@@ -88,7 +88,7 @@ export function alertNotices(events: readonly WatchEvent[], row: SagaRow): Notic
   return events.flatMap((e): Notice[] => {
     if (e.type === 'AlertRaised') return [{ kind: NoticeKind.alert, body: { ...saga, step: e.step, attempt: e.attempt, since: e.since, dueAt: e.dueAt, at: e.at } }];
     if (e.type === 'WatchClosed' && e.alertedAt !== null) {
-      return [{ kind: NoticeKind.resolved, body: { ...saga, step: e.step, attempt: e.attempt, since: e.since, dueAt: e.dueAt, alertedAt: e.alertedAt, at: e.at, cause: e.cause } }];
+      return [{ kind: NoticeKind.resolved, body: { ...saga, step: e.step, attempt: e.attempt, since: e.since, dueAt: e.dueAt, alertedAt: e.alertedAt, at: e.at, cause: e.cause, ...(e.by === undefined ? {} : { dismissedBy: e.by }) } }];
     }
     return [];
   });
@@ -136,8 +136,8 @@ export function observeEvent(record: SagaRecord, event: DomainEvent, { deadlines
 
 /** The sweeper's clock reached `now`: the task's overdue steps alert. */
 /** A platform admin dismissed one of the task's alerting watches: it closes, and its alert resolves. */
-export function dismissRecord(record: SagaRecord, step: WatchedStep, attempt: number, at: string): Executed<SagaRecord, WatchDecidedEvent, WatchRejection> {
-  const result = fold(decider, record.watch, { type: 'Dismiss', step, attempt, at });
+export function dismissRecord(record: SagaRecord, step: WatchedStep, attempt: number, at: string, by: string): Executed<SagaRecord, WatchDecidedEvent, WatchRejection> {
+  const result = fold(decider, record.watch, { type: 'Dismiss', step, attempt, at, by });
   if (!result.ok) return result;
   return { ok: true, state: { ...record, watch: result.state, notices: [...record.notices, ...alertNotices(result.events, record.row)] }, events: result.events };
 }

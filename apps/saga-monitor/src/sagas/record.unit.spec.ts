@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { TopicSchemas, type DomainEvent, type EventType } from '@labelflow/contracts';
-import { advanceRow, observeEvent, sweepRecord, type SagaRecord } from './record';
+import { advanceRow, dismissRecord, observeEvent, sweepRecord, type SagaRecord } from './record';
 import { emptyWatchState } from './state';
 
 const t0 = Date.parse('2030-01-01T00:00:00.000Z');
@@ -63,6 +63,18 @@ describe('saga record: what one consumed event changes', () => {
     expect(resolved.notices.filter((n) => n.kind === 'resolved')).toEqual([
       { kind: 'resolved', body: { taskId, projectId, taskNumber: null, step: 'qa_started', attempt: 1, since: at(0), dueAt: at(5_000), alertedAt: at(6_000), at: at(7_000), cause: 'arrived' } },
     ]);
+  });
+
+  it('leaves a resolved notice naming who dismissed an alert, and refuses one not alerting', () => {
+    const waiting = observeAll([event('LabelSubmitted', 0)]);
+    expect(dismissRecord(waiting, 'qa_started', 1, at(5_500), 'ops-1')).toMatchObject({ ok: false, reason: { code: 'WATCH_NOT_ALERTING' } });
+    const swept = sweepRecord(waiting, at(6_000));
+    const alerting = swept.ok ? swept.state : waiting;
+    const dismissed = dismissRecord(alerting, 'qa_started', 1, at(9_000), 'ops-1');
+    expect(dismissed.ok && dismissed.state.notices.at(-1)).toEqual({
+      kind: 'resolved',
+      body: { taskId, projectId, taskNumber: null, step: 'qa_started', attempt: 1, since: at(0), dueAt: at(5_000), alertedAt: at(6_000), at: at(9_000), cause: 'dismissed', dismissedBy: 'ops-1' },
+    });
   });
 
   it('keeps a cancellation as the outcome', () => {

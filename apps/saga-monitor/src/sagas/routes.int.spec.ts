@@ -157,16 +157,25 @@ describe('saga-monitor routes and watchdog, answered in-process', () => {
         value: JSON.stringify({ id, type, taskId: traced, projectId, payload: 'unreadable' }),
         headers: { 'dlq-error-code': 'SCHEMA_INVALID', 'dlq-error-message': 'payload: expected object', 'dlq-source-topic': `${svc.prefix}.label-events`, 'dlq-source-partition': '0', 'dlq-source-offset': '1', 'dlq-failed-at': new Date().toISOString() },
       });
-      // Someone who can write to a topic keys a letter with another project's task.
-      await produceRaw(infra.kafkaBrokers, `${svc.prefix}.label-svc.dlq`, [letter('forged-1', 'Click here to claim your payout', elsewhere), letter('ours-1', 'LabelSubmitted', project)]);
+      const ours = freshSnowflake();
+      // Someone who can write to a topic keys a letter with another project's task, or names the
+      // task's own project with a type and an id of their choosing.
+      await produceRaw(infra.kafkaBrokers, `${svc.prefix}.label-svc.dlq`, [
+        letter('forged-1', 'Click here to claim your payout', elsewhere),
+        letter(ours, 'LabelSubmitted', project),
+        letter('forged-2', 'Your payout is waiting at evil.example', project),
+      ]);
       const asAdmin = await eventually(async () => {
         const found = (await svc.http(as.admin()).get<TimelineView>(`/sagas/${traced}`)).body;
-        expect(found.deadLetters).toHaveLength(2);
+        expect(found.deadLetters).toHaveLength(3);
         return found;
       });
       expect(asAdmin.deadLetters).toEqual(expect.arrayContaining([expect.objectContaining({ eventType: 'Click here to claim your payout', projectId: elsewhere })]));
       const asManager = await timeline(traced);
-      expect(asManager.deadLetters).toEqual([expect.objectContaining({ service: 'label-svc', eventId: 'ours-1', eventType: 'LabelSubmitted', code: 'SCHEMA_INVALID' })]);
+      expect(asManager.deadLetters.map((d) => [d.service, d.eventId, d.eventType, d.code])).toEqual([
+        ['label-svc', ours, 'LabelSubmitted', 'SCHEMA_INVALID'],
+        ['label-svc', null, null, 'SCHEMA_INVALID'],
+      ]);
       // A letter whose body names no project shows without what its sender chose.
       expect((await timeline(reworked)).deadLetters.map((d) => [d.eventType, d.eventId])).toEqual([
         [null, null],

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { Permission, projectsWith } from '@labelflow/auth';
-import { storable, TaskId, type ProjectId } from '@labelflow/contracts';
+import { isConsumedType, storable, TaskId, type ProjectId } from '@labelflow/contracts';
 import { guard, HttpError, parseInput, queryInt, withTransaction, type ServiceContext } from '@labelflow/service-kit';
 import type { SagaMonitorConfig } from '../config';
 import { deadLettersOf } from './dead-letters';
@@ -24,6 +24,9 @@ const SearchQuery = z.strictObject({
   limit: queryInt(1, 200).default(50),
 });
 const AlertsQuery = z.strictObject({ limit: queryInt(1, 1000).default(200) });
+
+/** An event id as the services stamp them (a Snowflake): anything else in a letter is its sender's text. */
+const EVENT_ID = /^[1-9][0-9]{0,19}$/;
 
 const sagaNotFound = (taskId: string) => ({ code: 'SAGA_NOT_FOUND', message: `no saga for task ${taskId} (yet)` });
 
@@ -131,17 +134,18 @@ export function sagaRoutes(app: FastifyInstance, ctx: ServiceContext<SagaMonitor
       // What a service's consumer could not process; `npm run dlq -- replay` sends one back. The
       // reason is the consumer's error text (SQL, schema paths) and the coordinates are the DLQ's:
       // for the platform admins who run the replay, not for a project's people.
-      // A letter's key is whatever its sender chose: one whose body names another project is not
-      // this project's to see, and one whose body names none shows only what our own services
-      // wrote about it (which service, the code, when), not the type and id its sender chose.
+      // A letter's key and body are whatever its sender chose: one whose body names another
+      // project is not this project's to see, and of the rest only what our own services wrote
+      // (which service, the code, when) is shown as it is; the type only when the contracts know
+      // it and the body names the project, the id only as an event id (a Snowflake).
       deadLetters: deadLetters
         .filter((d) => request.principal.admin || d.projectId === null || d.projectId === saga.projectId)
         .map((d) => {
           const vouched = request.principal.admin || d.projectId === saga.projectId;
           return {
             service: d.service,
-            eventId: vouched ? d.eventId : null,
-            eventType: vouched ? d.eventType : null,
+            eventId: request.principal.admin || (vouched && d.eventId !== null && EVENT_ID.test(d.eventId)) ? d.eventId : null,
+            eventType: request.principal.admin || (vouched && d.eventType !== null && isConsumedType(d.eventType)) ? d.eventType : null,
             code: d.code,
             failedAt: d.failedAt,
             ...(request.principal.admin ? { topic: d.topic, id: `${d.partition}:${d.offset}`, projectId: d.projectId, reason: d.reason, source: d.source } : {}),
@@ -154,12 +158,12 @@ export function sagaRoutes(app: FastifyInstance, ctx: ServiceContext<SagaMonitor
   // would alert for good and hide the next one on its step: a platform admin ends it. The watch
   // closes as `dismissed` and its alert resolves, notice, metric and webhook alike.
   app.post('/sagas/:taskId/alerts/:step/:attempt/dismiss', async (request) => {
-    const { taskId, step, attempt } = parseInput(WatchParams, request.params, 'path');
     if (!request.principal.admin) throw new HttpError(403, 'FORBIDDEN', 'dismissing an alert is for platform admins');
+    const { taskId, step, attempt } = parseInput(WatchParams, request.params, 'path');
     const result = await withTransaction(ctx.pool, async (tx) => {
       const before = await loadSagaForUpdate(tx, taskId);
       if (!before) return { ok: false as const, reason: sagaNotFound(taskId) };
-      const dismissed = dismissRecord(before, step, attempt, ctx.now().toISOString());
+      const dismissed = dismissRecord(before, step, attempt, ctx.now().toISOString(), request.principal.subject);
       if (dismissed.ok) await saveSagasMany(tx, [{ before, after: dismissed.state }]);
       return dismissed;
     });

@@ -86,7 +86,8 @@ export type WatchEvent =
   | { readonly type: 'FactObserved'; readonly fact: Fact }
   | { readonly type: 'WatchOpened'; readonly step: WatchedStep; readonly attempt: number; readonly since: string; readonly dueAt: string }
   /** `alertedAt` as it was: a closed watch that was alerting resolves its alert. */
-  | { readonly type: 'WatchClosed'; readonly step: WatchedStep; readonly attempt: number; readonly cause: CloseCause; readonly at: string; readonly since: string; readonly dueAt: string; readonly alertedAt: string | null }
+  /** `by`: who dismissed it, when its cause is `dismissed`. */
+  | { readonly type: 'WatchClosed'; readonly step: WatchedStep; readonly attempt: number; readonly cause: CloseCause; readonly at: string; readonly since: string; readonly dueAt: string; readonly alertedAt: string | null; readonly by?: string }
   | { readonly type: 'AlertRaised'; readonly step: WatchedStep; readonly attempt: number; readonly since: string; readonly dueAt: string; readonly at: string };
 
 export const emptyWatchState: SagaWatchState = { seen: {}, watches: [], reopenedAttempt: 0, cancelled: false };
