@@ -17,7 +17,7 @@ export function createConsumerMetrics(metrics: Metrics | undefined) {
     crashCount: metrics?.counter('consumer_crashes_total', 'Consumer crashes, by who restarts it (kafkajs itself, or the loop)', ['restart']),
     restartCount: metrics?.counter('consumer_restarts_total', 'Restarts the loop made of a consumer kafkajs would not restart'),
     runningGauge: metrics?.gauge('consumer_running', '1 while the consumer is a member of its group and consuming, else 0'),
-    caughtUpGauge: metrics?.gauge('consumer_caught_up_timestamp_seconds', 'Everything produced before this instant was consumed by the group; until the first time, when the consumer was made'),
+    caughtUpGauge: metrics?.gauge('consumer_caught_up_timestamp_seconds', 'Everything produced before this instant was consumed by the group; 0 until this instance saw it caught up once'),
     lag: metrics?.gauge('consumer_lag_messages', "Messages on a partition past the group's committed offset, as of the last progress probe (every member reports the whole group: aggregate with max)", ['group', 'topic', 'partition']),
     probeRuns: metrics?.counter('consumer_progress_probes_total', "Comparisons of the group's committed offsets with the high watermarks, by result", ['result']),
   };
@@ -25,8 +25,5 @@ export function createConsumerMetrics(metrics: Metrics | undefined) {
   // Both crash series from the start: a series born at 1 hides its first crash from increase(),
   // so ConsumerCrashLooping would need a fourth crash to see three.
   for (const restart of ['kafkajs', 'loop']) made.crashCount?.inc({ restart }, 0);
-  // Not 0 (1970) before the first progress probe passes: a restart with a backlog would alert
-  // "not caught up for 56 years". From the start, the alert measures how long it has been trying.
-  made.caughtUpGauge?.set(Date.now() / 1000);
   return made;
 }

@@ -88,6 +88,8 @@ function registeredMetrics(): Map<string, Registered> {
       const labels = /\blabelNames\s*:\s*\[([^\]]*)\]/.exec(m[2]!)?.[1];
       found.set(name, { kind: m[1]!.toLowerCase() as Registered['kind'], labels: labels === undefined ? undefined : strings(labels), file: rel });
     }
+    // prom-client's default metrics, where the code turns them on (the ones the alerts read).
+    if (/\bcollectDefaultMetrics\(/.test(text)) found.set('process_start_time_seconds', { kind: 'gauge', labels: [], file: rel });
   }
   return found;
 }

@@ -105,8 +105,13 @@ function keepTables<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, e
   }, ctx.logger);
 }
 
-/** How often the age of the oldest unpublished outbox row is read for `outbox_oldest_pending_seconds`. */
-const OUTBOX_AGE_EVERY_MS = 5_000;
+/**
+ * How often the age of the oldest unpublished outbox row is read for `outbox_oldest_pending_seconds`
+ * (one index lookup). Every second, so the gauge is never more than a second stale: counting a row's
+ * age up between reads would go on after it was published, and a relay steadily a second or two
+ * behind would cross OutboxBehind's 5 s.
+ */
+const OUTBOX_AGE_EVERY_MS = 1_000;
 
 /**
  * The relay's lag as a gauge: the age of the oldest outbox row not yet published. Deadlines in
@@ -115,21 +120,6 @@ const OUTBOX_AGE_EVERY_MS = 5_000;
  */
 function watchRelayLag<C extends BaseConfig>({ ctx, lifecycle }: BuiltService<C>, everyMs: number): void {
   const age = ctx.metrics.gauge('outbox_oldest_pending_seconds', 'Age of the oldest outbox row not yet published to Kafka (0 when none waits): how far the relay is behind');
-  // The database is asked which row is oldest every `everyMs`; its age is shown every second, so
-  // a stuck row's age grows at every scrape instead of in 5 s steps that delay the alert.
-  let oldestAt: number | undefined;
-  const show = () => age.set(oldestAt === undefined ? 0 : Math.max(0, Date.now() - oldestAt) / 1000);
-  schedule(
-    lifecycle,
-    'outbox-age',
-    everyMs,
-    async () => {
-      const seconds = await oldestPendingAgeSeconds(ctx.pool);
-      oldestAt = seconds > 0 ? Date.now() - seconds * 1000 : undefined;
-      show();
-    },
-    ctx.logger,
-  );
-  schedule(lifecycle, 'outbox-age-clock', 1_000, async () => show(), ctx.logger);
+  schedule(lifecycle, 'outbox-age', everyMs, async () => void age.set(await oldestPendingAgeSeconds(ctx.pool)), ctx.logger);
 }
 
