@@ -16,7 +16,7 @@ describe('the consumer metrics', () => {
     expect(sample(text, /^consumer_crashes_total\{[^}]*restart="loop"/)).toBe(0);
   });
 
-  it('reports the caught-up clock as 0 until a probe passed, so a fresh instance cannot lift the max over a stuck group's last instant', async () => {
+  it('reports the caught-up clock as 0 until a probe passed, so a fresh instance cannot lift the max over the last instant of a stuck group', async () => {
     const metrics = createMetrics({ service: 'test-svc', defaults: false });
     createConsumerMetrics(metrics);
     expect(sample(await metrics.render(), /^consumer_caught_up_timestamp_seconds[ {]/)).toBe(0);

@@ -9,13 +9,14 @@ export const BackendState = {
   answered: 'answered',
   /** No such backend: the server restarted, failed over, or ended the session without telling us. */
   gone: 'gone',
-  /** The probe timed out: a partition, a black hole, a host that is down. */
+  /** The probe's server sent not one byte in time: a partition, a black hole, a host that is down. */
   unreachable: 'unreachable',
   /**
    * No verdict: the server answered the probe with an error (too many connections, a login
-   * refused), the probe failed short of a timeout (DNS, TLS, a refused connection), a pooler or
-   * proxy stands between (the probe's backend is not the one it was told), or this process was
-   * itself paused while the probe ran.
+   * refused), the probe failed short of a timeout (DNS, TLS, a refused connection), the server
+   * spoke but too slowly (an overloaded login), a pooler or proxy stands between (the probe's
+   * backend is not the one it was told), the probe reached another server than the stalled
+   * connection did, or this process was itself paused while the probe ran.
    */
   unknown: 'unknown',
 } as const;
@@ -27,6 +28,12 @@ export const abandonsConnection = (state: BackendState): boolean => state === Ba
 /** The default of `probeTimeoutMs`. */
 export const STALL_PROBE_TIMEOUT_MS = 5_000;
 
+/**
+ * What a probe learnt: each asked backend's state (a pid the server does not list is gone) on the
+ * server at `server` (`address:port` of the probe's socket), or one state for all.
+ */
+export type ProbeAnswer = { readonly states: ReadonlyMap<number, BackendState>; readonly server: string | undefined } | BackendState;
+
 export interface StallWatchOptions {
   /** The pool's server, for the probe's own short-lived connection (same address, same role). */
   readonly connectionString: string;
@@ -37,7 +44,7 @@ export interface StallWatchOptions {
   /** Told of each connection closed, with the verdict and how long it had waited. A throw is ignored. */
   readonly onAbandon?: (event: { readonly pid: number | null; readonly state: BackendState; readonly waitedMs: number }) => void;
   /** The server's answer about these backends; injected by unit tests. Default: `probeBackends`. */
-  readonly probe?: (pids: readonly number[]) => Promise<ReadonlyMap<number, BackendState> | BackendState>;
+  readonly probe?: (pids: readonly number[]) => Promise<ProbeAnswer>;
   /** Ends the sessions whose answer was lost, so none holds its locks meanwhile; injected by unit tests. Default: `terminateBackends`. */
   readonly terminate?: (pids: readonly number[]) => Promise<void>;
   /** Milliseconds now; injected by unit tests. */
@@ -56,7 +63,7 @@ export interface StallWatch {
 interface PgClientInternals {
   readonly processID: number | null;
   _getActiveQuery?: () => unknown;
-  readonly connection?: { readonly stream?: { destroy(error?: Error): void; readonly bytesRead?: number; readonly bytesWritten?: number } };
+  readonly connection?: { readonly stream?: { destroy(error?: Error): void; readonly bytesRead?: number; readonly bytesWritten?: number; readonly remoteAddress?: string; readonly remotePort?: number } };
 }
 
 const internals = (client: pg.PoolClient | pg.Client): PgClientInternals => client as unknown as PgClientInternals;
@@ -65,6 +72,12 @@ const internals = (client: pg.PoolClient | pg.Client): PgClientInternals => clie
 const traffic = (client: pg.PoolClient): number => {
   const stream = internals(client).connection?.stream;
   return (stream?.bytesRead ?? 0) + (stream?.bytesWritten ?? 0);
+};
+
+/** The server a client's socket is connected to, as `address:port`. */
+const serverOf = (client: pg.PoolClient | pg.Client): string | undefined => {
+  const stream = internals(client).connection?.stream;
+  return stream?.remoteAddress === undefined ? undefined : `${stream.remoteAddress}:${stream.remotePort ?? ''}`;
 };
 
 /** Lets the I/O that arrived while this process could not run (a pause, a long task) be read first. */
@@ -161,7 +174,7 @@ export function watchStalledConnections(pool: pg.Pool, options: StallWatchOption
       const lost: number[] = [];
       for (const client of waiting) {
         const pid = internals(client).processID;
-        const state = answer instanceof Map ? (pid === null ? BackendState.unknown : (answer.get(pid) ?? BackendState.gone)) : (answer as BackendState);
+        const state = stateOf(answer, pid, serverOf(client));
         // The answer, or some of it, may have come while the probe ran: then the connection is fine after all.
         const last = stillStalled(client);
         if (!last) continue;
@@ -193,18 +206,38 @@ export function watchStalledConnections(pool: pg.Pool, options: StallWatchOption
   };
 }
 
-/** One short-lived connection for a question about other sessions, bounded by `timeoutMs` in all. */
+/** A backend's state from a probe's answer, for a connection to `server`: only the server the probe reached can say. */
+function stateOf(answer: ProbeAnswer, pid: number | null, server: string | undefined): BackendState {
+  if (typeof answer === 'string') return answer;
+  // Behind a TCP load balancer or DNS that moved, the probe may reach another server than this
+  // connection did: a pid there says nothing of ours (and ending it would end a stranger's session).
+  if (pid === null || answer.server === undefined || answer.server !== server) return BackendState.unknown;
+  return answer.states.get(pid) ?? BackendState.gone;
+}
+
+/**
+ * One short-lived connection for a question about other sessions, bounded by `timeoutMs` in all.
+ * Out of time, the answer is `onTimeout` only when the server sent not one byte: one that spoke
+ * (a slow login, an overloaded server) is there, and that is no black hole (`onError` then).
+ */
 async function withProbeClient<T>(connectionString: string, timeoutMs: number, onTimeout: T, onError: (error: unknown) => T, work: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString, connectionTimeoutMillis: timeoutMs, keepAlive: false });
+  // pg's own connect timeout only as a backstop: the deadline below decides, by what arrived.
+  const client = new pg.Client({ connectionString, connectionTimeoutMillis: timeoutMs * 2, keepAlive: false });
   client.on('error', () => undefined);
   let timer: NodeJS.Timeout | undefined;
+  let timedOut = false;
   const startedAt = performance.now();
   const deadline = new Promise<T>((resolve) => {
     timer = setTimeout(() => {
       // A timer that fires far later than asked means this process could not run (SIGSTOP, a
       // frozen VM, a long synchronous task): the server may well have answered meanwhile, unread.
       const late = performance.now() - startedAt - timeoutMs > Math.max(100, timeoutMs / 2);
-      resolve(late ? onError(new Error('the probe was paused')) : onTimeout);
+      // And what arrived just before the timer is read first: it may be the answer itself.
+      setImmediate(() => {
+        timedOut = true;
+        const spoke = (internals(client).connection?.stream?.bytesRead ?? 0) > 0;
+        resolve(late ? onError(new Error('the probe was paused')) : spoke ? onError(new Error('the server answered too slowly')) : onTimeout);
+      });
     }, timeoutMs);
   });
   const ask = (async () => {
@@ -219,8 +252,8 @@ async function withProbeClient<T>(connectionString: string, timeoutMs: number, o
     return await Promise.race([ask, deadline]);
   } finally {
     clearTimeout(timer);
-    // pg destroys the socket of a client ended with a statement in flight (or still connecting,
-    // through connectionTimeoutMillis), so a probe into a black hole leaves nothing behind.
+    // A probe into a black hole must leave no socket behind waiting for the kernel's timeout.
+    if (timedOut) internals(client).connection?.stream?.destroy();
     void client.end().catch(() => undefined);
   }
 }
@@ -230,8 +263,8 @@ async function withProbeClient<T>(connectionString: string, timeoutMs: number, o
  * state (a pid the server does not list is gone), or one state for all: unreachable when the
  * probe timed out, unknown when it could not say (an error, a pooler in between, a pause of ours).
  */
-export async function probeBackends(connectionString: string, pids: readonly number[], timeoutMs: number): Promise<ReadonlyMap<number, BackendState> | BackendState> {
-  return withProbeClient<ReadonlyMap<number, BackendState> | BackendState>(
+export async function probeBackends(connectionString: string, pids: readonly number[], timeoutMs: number): Promise<ProbeAnswer> {
+  return withProbeClient<ProbeAnswer>(
     connectionString,
     timeoutMs,
     BackendState.unreachable,
@@ -248,7 +281,7 @@ export async function probeBackends(connectionString: string, pids: readonly num
       const states = new Map<number, BackendState>();
       // A state hidden from this role (NULL) is no evidence either way.
       for (const row of rows) if (row.pid !== self) states.set(row.pid, row.state === null ? BackendState.unknown : /^idle/.test(row.state) ? BackendState.answered : BackendState.working);
-      return states;
+      return { states, server: serverOf(client) };
     },
   );
 }

@@ -2,19 +2,23 @@ import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { PlumbingErrors } from './errors';
-import { BackendState, abandonsConnection, probeBackends, watchStalledConnections } from './stall-watch';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
+import { BackendState, abandonsConnection, probeBackends, watchStalledConnections, type ProbeAnswer } from './stall-watch';
 import { startFakePostgres } from './test-support/fake-postgres';
 
 /** A pool connection as the watch sees it: pg's active statement, pid and socket. */
 const fakeClient = (pid: number) => {
   let active: unknown = null;
   const destroyed: Error[] = [];
-  const stream = { bytesRead: 0, bytesWritten: 0, destroy: (error?: Error) => void destroyed.push(error ?? new Error('destroyed')) };
+  const stream = { bytesRead: 0, bytesWritten: 0, remoteAddress: '10.0.0.1', remotePort: 5432, destroy: (error?: Error) => void destroyed.push(error ?? new Error('destroyed')) };
   const client = Object.assign(new EventEmitter(), { processID: pid, _getActiveQuery: () => active, connection: { stream } });
   return { client: client as unknown as pg.PoolClient, send: (statement: unknown) => (active = statement), answer: () => (active = null), receive: (bytes: number) => (stream.bytesRead += bytes), destroyed };
 };
 
-const setup = (answer: (pids: readonly number[]) => Promise<ReadonlyMap<number, BackendState> | BackendState>, onAbandon?: () => void) => {
+/** What the server at the fake connections' address says of these backends. */
+const fromOurServer = (states: Iterable<readonly [number, BackendState]>): ProbeAnswer => ({ states: new Map(states), server: '10.0.0.1:5432' });
+
+const setup = (answer: (pids: readonly number[]) => Promise<ProbeAnswer>, onAbandon?: () => void) => {
   let now = 0;
   const pool = new EventEmitter() as unknown as pg.Pool;
   const probed: (readonly number[])[] = [];
@@ -85,7 +89,7 @@ describe('the stall watch', () => {
   });
 
   it('waits on for a backend the server says is still working, and asks again only a stall later', async () => {
-    const { watch, connect, probed, advance } = setup(async (pids) => new Map(pids.map((p) => [p, BackendState.working])));
+    const { watch, connect, probed, advance } = setup(async (pids) => fromOurServer(pids.map((p) => [p, BackendState.working] as const)));
     const c = connect(7);
     c.send({});
     await watch.tick();
@@ -102,7 +106,7 @@ describe('the stall watch', () => {
   });
 
   it('asks once for every stalled connection, closes only those whose backend is idle or gone, and ends the idle sessions so none keeps its locks', async () => {
-    const { watch, connect, probed, terminated, abandoned, advance } = setup(async () => new Map([[1, BackendState.working], [2, BackendState.answered]]));
+    const { watch, connect, probed, terminated, abandoned, advance } = setup(async () => fromOurServer([[1, BackendState.working], [2, BackendState.answered]]));
     const [working, idle, gone] = [connect(1), connect(2), connect(3)];
     for (const c of [working, idle, gone]) c.send({});
     await watch.tick();
@@ -115,6 +119,17 @@ describe('the stall watch', () => {
       [3, 'gone'],
     ]);
     expect(terminated).toEqual([[2]]);
+    watch.stop();
+  });
+
+  it('gives no verdict from a probe that reached another server than the stalled connection did, nor ends a session there', async () => {
+    const { watch, connect, terminated, abandoned, advance } = setup(async () => ({ states: new Map([[7, BackendState.answered]]), server: '10.0.0.2:5432' }));
+    const c = connect(7);
+    c.send({});
+    await watch.tick();
+    advance(1_000);
+    await watch.tick();
+    expect([c.destroyed, abandoned, terminated]).toEqual([[], [], []]);
     watch.stop();
   });
 
@@ -248,8 +263,10 @@ describe('the probe of backends', () => {
   it('reads each backend as working, answered or absent from what the server lists', async () => {
     const fake = await startFakePostgres({ toldPid: () => 100, rows: (self) => [[self, 'active', self], [7, 'active', self], [8, 'idle in transaction', self], [9, 'idle', self], [10, null, self]] });
     try {
-      const answer = (await probeBackends(fake.url, [7, 8, 9, 10, 11], 2_000)) as ReadonlyMap<number, BackendState>;
-      expect(Object.fromEntries(answer)).toEqual({ 7: 'working', 8: 'answered', 9: 'answered', 10: 'unknown' });
+      const answer = await probeBackends(fake.url, [7, 8, 9, 10, 11], 2_000);
+      if (typeof answer === 'string') throw new Error(`expected states, got ${answer}`);
+      expect(Object.fromEntries(answer.states)).toEqual({ 7: 'working', 8: 'answered', 9: 'answered', 10: 'unknown' });
+      expect(answer.server).toBe(`127.0.0.1:${new URL(fake.url).port}`);
     } finally {
       await fake.close();
     }
@@ -264,20 +281,24 @@ describe('the probe of backends', () => {
     }
   });
 
-  it('says unreachable when the server does not answer in time', async () => {
-    const fake = await startFakePostgres({ toldPid: () => 100, rows: () => 'hang' });
+  it('says unreachable when the server sends not one byte in time, and gives no verdict when it spoke but too slowly', async () => {
+    const silent = await startSilentServer();
+    const slow = await startFakePostgres({ toldPid: () => 100, rows: () => 'hang' });
     try {
-      expect(await probeBackends(fake.url, [7], 150)).toBe(BackendState.unreachable);
+      expect(await probeBackends(silent.url, [7], 1_000)).toBe(BackendState.unreachable);
+      // It logged the probe in and then sat on its question: an overloaded server, not a black hole.
+      expect(await probeBackends(slow.url, [7], 1_000)).toBe(BackendState.unknown);
     } finally {
-      await fake.close();
+      await silent.close();
+      await slow.close();
     }
   });
 
   it('gives no verdict when this process was paused while the probe ran, since the answer may sit unread', async () => {
-    const fake = await startFakePostgres({ toldPid: () => 100, rows: () => 'hang' });
+    const fake = await startSilentServer();
     try {
-      const probing = probeBackends(fake.url, [7], 150);
-      blockFor(600);
+      const probing = probeBackends(fake.url, [7], 1_000);
+      blockFor(2_500);
       expect(await probing).toBe(BackendState.unknown);
     } finally {
       await fake.close();
@@ -291,3 +312,21 @@ describe('the probe of backends', () => {
     expect(await probeBackends(url, [7], 2_000)).toBe(BackendState.unknown);
   });
 });
+
+/** A server that accepts connections and never sends a byte: a black hole as the client sees it. */
+async function startSilentServer(): Promise<{ readonly url: string; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+    socket.resume();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  return {
+    url: `postgres://fake@127.0.0.1:${(server.address() as AddressInfo).port}/fake`,
+    close: async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
