@@ -125,6 +125,11 @@ describe('the batch handler: records kafkajs hides', () => {
     const again = fakePayload([message(1, 'not json', TRACE_A)], '2');
     await healthy(again.payload);
     expect(again.resolved).toEqual(['1', '2']);
+    // A readable event last whose run is cut short (its dead letter interrupted): nothing past it either.
+    const { handler: interrupted } = setup(() => 'aborted');
+    const cut = fakePayload([message(1, JSON.stringify({ type: 'Msg', n: 1 }), TRACE_A)], '2');
+    await interrupted(cut.payload);
+    expect(cut.resolved).toEqual([]);
     const plain = fakePayload([message(1, 'not json', TRACE_A)]);
     await healthy(plain.payload);
     expect(plain.resolved).toEqual(['1']);
