@@ -132,7 +132,13 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
   });
   const offsets = createOffsetCommitter({ log });
   // A new assignment: what this member resolved and did not commit is the partitions' new owners' to commit.
-  consumer.on(consumer.events.GROUP_JOIN, () => offsets.reset());
+  // Whether kafkajs is consuming: once it stops, `commitOffsets` resolves without committing.
+  let consuming = false;
+  consumer.on(consumer.events.GROUP_JOIN, () => {
+    consuming = true;
+    offsets.reset();
+  });
+  consumer.on(consumer.events.STOP, () => (consuming = false));
   // A fetch of nothing but control records or aborted records never reaches eachBatch: kafkajs
   // resolves it itself and commits it only with auto-commit on. Everything before it on the
   // partition was resolved (kafkajs fetches from there), so it is committed here, or the group
@@ -140,7 +146,15 @@ export function createConsumerLoop<E extends { readonly type: string }>(options:
   consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
     if (payload.batchSize !== 0 || payload.lastOffset === undefined) return;
     offsets.resolved(payload.topic, payload.partition, payload.lastOffset);
-    const send = Object.assign((next: readonly NextOffset[]) => consumer.commitOffsets(next.map((o) => ({ ...o }))), { usable: () => supervision.health().state === 'running' });
+    // A sender that fails once kafkajs stopped, so the offsets it carries stay for the next owner
+    // to read again (and the inbox to drop) instead of being taken for committed.
+    const send = Object.assign(
+      async (next: readonly NextOffset[]) => {
+        if (!consuming) throw new Error('the consumer is not consuming');
+        await consumer.commitOffsets(next.map((o) => ({ ...o })));
+      },
+      { usable: () => consuming },
+    );
     void offsets.commit(send);
   });
   const runConfig: ConsumerRunConfig = {
