@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import type { ServiceName } from './envelope';
 import { BillingEvent } from './billing-events';
-import { LabelEvent } from './label-events';
+import { LabelEvent, LabelSubmittedV1 } from './label-events';
 import { PRELABEL_PROPOSED, PrelabelEvent, prelabelDedupType } from './prelabel-events';
 import { QaEvent } from './qa-events';
 import { TaskEvent } from './task-events';
@@ -60,6 +60,12 @@ export const TopicOwners = {
 export type DomainEvent = TaskEvent | LabelEvent | QaEvent | BillingEvent;
 export type EventType = DomainEvent['type'];
 export type EventOf<T extends EventType> = Extract<DomainEvent, { type: T }>;
+
+/**
+ * The schema of each older version still written (`type@version`), as it is on the wire, before
+ * the topic's union lifts it to the newest shape: what a producer of that version may send.
+ */
+export const OlderVersionSchemas: Readonly<Record<string, z.ZodType>> = { 'LabelSubmitted@1': LabelSubmittedV1 };
 
 /** The topic an event type is published on. */
 export const topicOf = (type: EventType): TopicKey => ownerOf[type];

@@ -14,24 +14,25 @@ export const V8_LENGTH_HASHED_STRING = 16_383;
  */
 export function hasJsonStringLongerThan(bytes: Uint8Array, maxBytes: number): boolean {
   if (bytes.length <= maxBytes) return false;
-  let inString = false;
-  let start = 0;
-  for (let i = 0; i < bytes.length; i++) {
-    const b = bytes[i];
-    if (!inString) {
-      if (b === 0x22) {
-        inString = true;
-        start = i;
-      }
-      continue;
-    }
-    if (b === 0x22) {
-      inString = false;
-      continue;
-    }
-    if (b === 0x5c) i++;
-    // The content so far: the bytes after the opening quote, up to and including this one.
-    if (i - start > maxBytes) return true;
+  // From quote to quote with the native search: a byte loop over the text cost a third as much
+  // again as parsing it. A quote preceded by an odd run of backslashes is escaped, not an end.
+  let open = bytes.indexOf(QUOTE);
+  while (open !== -1) {
+    let close = bytes.indexOf(QUOTE, open + 1);
+    while (close !== -1 && escaped(bytes, close, open)) close = bytes.indexOf(QUOTE, close + 1);
+    if (close === -1) return bytes.length - 1 - open > maxBytes;
+    if (close - open - 1 > maxBytes) return true;
+    open = bytes.indexOf(QUOTE, close + 1);
   }
-  return inString && bytes.length - 1 - start > maxBytes;
+  return false;
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+
+/** Whether the quote at `at` is escaped: an odd run of backslashes right before it, inside the string opened at `open`. */
+function escaped(bytes: Uint8Array, at: number, open: number): boolean {
+  let run = 0;
+  for (let i = at - 1; i > open && bytes[i] === BACKSLASH; i--) run++;
+  return run % 2 === 1;
 }

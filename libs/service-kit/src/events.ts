@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { TopicSchemas, topicName, topicOf, type DomainEvent, type EventId } from '@labelflow/contracts';
+import { OlderVersionSchemas, TopicSchemas, topicName, topicOf, type DomainEvent, type EventId } from '@labelflow/contracts';
 import { enqueue, serializeOutboxRows, type Notification, type OutboxMessage } from '@labelflow/outbox';
 import { currentTraceHeaders, type TraceHeaders } from '@labelflow/telemetry';
 import type { Queryable } from './db';
@@ -110,20 +110,50 @@ function checked(event: DomainEvent): DomainEvent {
   // Readers drop a field their schema does not declare without a word: one added here without a
   // new version would reach the wire, and readers not yet upgraded would act without it. What is
   // sent is the draft itself (a v1 event stays v1), so its fields are held against what parsing kept.
-  const extra = undeclared(event.payload, (parsed.data as DomainEvent).payload, 'payload');
+  // An older version is held against its own schema: the upcast to the newest shape adds the new
+  // fields (a v1 LabelSubmitted's durationMs as null), which would let the draft's own through.
+  const own = OlderVersionSchemas[`${event.type}@${event.version}`]?.safeParse(event);
+  const kept = own?.success ? (own.data as DomainEvent).payload : (parsed.data as DomainEvent).payload;
+  const extra = undeclared(event.payload, kept, 'payload');
   if (extra.length > 0) {
     throw new ServiceKitError(ServiceKitErrors.EVENT_INVALID, `${event.type} version ${event.version} does not declare ${extra.slice(0, 5).join(', ')}: a new field is a new version of the event (libs/contracts)`, { details: extra });
   }
   return event;
 }
 
-/** Paths of `sent` that `kept` (its parse) lacks: fields the schema does not declare. */
-function undeclared(sent: unknown, kept: unknown, path: string): string[] {
-  if (Array.isArray(sent)) return Array.isArray(kept) ? sent.flatMap((item, i) => undeclared(item, kept[i], `${path}.${i}`)) : [];
-  if (sent === null || typeof sent !== 'object' || kept === null || typeof kept !== 'object') return [];
-  return Object.keys(sent).flatMap((key) =>
-    Object.hasOwn(kept, key) ? undeclared((sent as Record<string, unknown>)[key], (kept as Record<string, unknown>)[key], `${path}.${key}`) : (sent as Record<string, unknown>)[key] === undefined ? [] : [`${path}.${key}`],
-  );
+/**
+ * Paths of `sent` that `kept` (its parse) lacks: fields the schema does not declare. Runs for
+ * every event emitted, so it allocates nothing while all is well: a path is spelt out only for a
+ * field found missing.
+ */
+function undeclared(sent: unknown, kept: unknown, root: string): string[] {
+  const found: string[] = [];
+  const trail: (string | number)[] = [];
+  const walk = (s: unknown, k: unknown): void => {
+    if (s === null || typeof s !== 'object' || k === null || typeof k !== 'object') return;
+    if (Array.isArray(s)) {
+      if (!Array.isArray(k)) return;
+      for (let i = 0; i < s.length; i++) {
+        trail.push(i);
+        walk(s[i], k[i]);
+        trail.pop();
+      }
+      return;
+    }
+    for (const key in s) {
+      if (!Object.hasOwn(s, key)) continue;
+      const value = (s as Record<string, unknown>)[key];
+      if (!Object.hasOwn(k, key)) {
+        if (value !== undefined) found.push([root, ...trail, key].join('.'));
+        continue;
+      }
+      trail.push(key);
+      walk(value, (k as Record<string, unknown>)[key]);
+      trail.pop();
+    }
+  };
+  walk(sent, kept);
+  return found;
 }
 
 /**

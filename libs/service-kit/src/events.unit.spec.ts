@@ -84,6 +84,9 @@ describe('service-kit: createEmitter', () => {
     // An optional field left undefined is not sent, and an older version sent as it is stays valid.
     await expect(emit(tx, [{ ...cancelled('ops'), payload: { ...cancelled('ops').payload, extra: undefined } } as unknown as EventDraft])).resolves.toHaveLength(1);
     await expect(emit(tx, [label([{ label: 'cat' }], 1)])).resolves.toEqual([expect.objectContaining({ version: 1 })]);
+    // A field of a newer version is undeclared in an older one, though the upcast adds it.
+    const v1WithDuration = { ...label([{ label: 'cat' }], 1), payload: { annotatorId: 'ann-1', annotations: [{ label: 'cat' }], durationMs: 5_000 } } as unknown as EventDraft;
+    await expect(emit(tx, [v1WithDuration])).rejects.toMatchObject({ code: 'EVENT_INVALID', details: ['payload.durationMs'] });
   });
 
   it('prepares events as rows for a statement of the caller, the same rows emit writes, in order', async () => {
