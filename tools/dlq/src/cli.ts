@@ -5,6 +5,7 @@
 // brokers from KAFKA_BROKERS (default 127.0.0.1:9092), SASL from KAFKA_SASL_* like the services.
 // Exit codes: 0 done, 1 a named letter was not found or could not be replayed, 2 usage or connection.
 import { parseArgs } from 'node:util';
+import { hasJsonStringLongerThan, V8_LENGTH_HASHED_STRING } from '@labelflow/plumbing';
 import { ServiceName } from '@labelflow/contracts';
 import { z } from 'zod';
 import { createKafka, kafkaSecurityFromEnv, type KafkaSecurity } from '@labelflow/messaging';
@@ -47,7 +48,9 @@ function security(): KafkaSecurity {
 
 const summary = (l: DeadLetter) =>
   `${l.id.padEnd(8)} ${l.code.padEnd(22)} ${(l.headers['event-type'] ?? '?').padEnd(18)} key=${l.key ?? '-'} from ${l.source ? `${l.source.topic} ${l.source.partition}:${l.source.offset}` : '?'} at ${l.failedAt ?? '?'}${l.replayedFrom ? ` (a replay of ${l.replayedFrom})` : ''}\n         ${l.reason.slice(0, 300)}`;
-const full = (l: DeadLetter) => ({ ...l, value: l.value === null ? null : tryJson(l.value.toString('utf8')) });
+// A letter of overlong strings (what the consumer refused to parse) is shown as text: parsing
+// many of them would be quadratic (plumbing's json-guard).
+const full = (l: DeadLetter) => ({ ...l, value: l.value === null ? null : hasJsonStringLongerThan(l.value, V8_LENGTH_HASHED_STRING) ? l.value.toString('utf8') : tryJson(l.value.toString('utf8')) });
 const tryJson = (s: string): unknown => {
   try {
     return JSON.parse(s);
