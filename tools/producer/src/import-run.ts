@@ -7,6 +7,9 @@ import { importFileChunks, planImportFile, type ImportFileOptions, type ImportFi
 import { signingHint } from './run';
 import { checkImportSummary, ImportSummary, uploadImport, UploadKind, type UploadResult } from './upload';
 
+/** How long an upload waits in all for a busy instance's slot before it gives up. */
+const BUSY_WAIT_MS = 600_000;
+
 /** A 429 whose error code is IMPORT_BUSY: the upload was not read and is welcome again after Retry-After. */
 const importBusy = (body: unknown): boolean => (body as { error?: { code?: unknown } } | undefined)?.error?.code === 'IMPORT_BUSY';
 
@@ -86,6 +89,9 @@ async function uploadWithResume(
       .catch(() => undefined);
   }, 1_000);
   try {
+    // A busy instance read nothing: waiting for a slot is neither a resume nor a try used up, only
+    // bounded in time on its own.
+    let busyWaitedMs = 0;
     for (let attempt = 0; ; attempt++) {
       let result: UploadResult;
       try {
@@ -96,12 +102,19 @@ async function uploadWithResume(
         continue;
       }
       if (result.ok) return { summary: result.summary, resumed: attempt };
-      // 503: a dependency was briefly away; 409: an earlier upload of this import still holds it;
       // 429 IMPORT_BUSY: the instance, the project or this caller runs as many uploads as allowed.
-      if ((result.status === 503 || result.status === 409 || (result.status === 429 && importBusy(result.body))) && attempt < retries) {
-        const waitMs = result.status === 429 ? (result.retryAfterMs ?? 5_000) : 2_000;
-        o.onNote?.(`the import answered ${result.status} ${JSON.stringify(result.body)}; uploading again in ${waitMs / 1000} s`);
+      if (result.status === 429 && importBusy(result.body) && busyWaitedMs < BUSY_WAIT_MS) {
+        const waitMs = result.retryAfterMs ?? 5_000;
+        busyWaitedMs += waitMs;
+        o.onNote?.(`the import answered 429 IMPORT_BUSY; uploading again in ${waitMs / 1000} s`);
         await new Promise((r) => setTimeout(r, waitMs));
+        attempt--;
+        continue;
+      }
+      // 503: a dependency was briefly away; 409: an earlier upload of this import still holds it.
+      if ((result.status === 503 || result.status === 409) && attempt < retries) {
+        o.onNote?.(`the import answered ${result.status} ${JSON.stringify(result.body)}; uploading again in 2 s`);
+        await new Promise((r) => setTimeout(r, 2_000));
         continue;
       }
       throw new Error(`the import was refused: ${result.status} ${JSON.stringify(result.body).slice(0, 2_000)}`);
