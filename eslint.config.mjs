@@ -56,8 +56,15 @@ const boundaries = ({ testCode }) => {
 
 const noEnums = { selector: 'TSEnumDeclaration', message: 'Use an `as const` object instead of an enum.' };
 const contractsMessage = 'libs/contracts holds pure schemas: it imports zod and its own files, nothing else (no infrastructure, no Node built-ins, nothing loaded at run time).';
-// A `require` made at run time reaches any package past the import rules above.
-const noCreateRequire = ['node:module', 'module'].map((name) => ({ name, importNames: ['createRequire'], message: 'A run-time require gets past the import boundaries: import the package, or reach it through the lib that owns it.' }));
+// A module loaded at run time by a name the linter cannot read reaches any package past the import
+// rules above: `createRequire` (node:module, by any import of it), `process.getBuiltinModule`, and
+// `import()` of anything but a literal.
+const runTimeMessage = 'A module loaded at run time gets past the import boundaries: import the package, or reach it through the lib that owns it.';
+const noRunTimeModules = ['node:module', 'module'].map((name) => ({ name, message: runTimeMessage }));
+const runTimeLoads = [
+  { selector: "ImportExpression[source.type!='Literal']", message: runTimeMessage },
+  { selector: "MemberExpression[object.name='process'][property.name='getBuiltinModule']", message: runTimeMessage },
+];
 const pureMessage = 'decide.ts and state.ts are pure: they import only @labelflow/contracts and files of their own capability (never its shell: repository, routes, reactions, execute, sweepers).';
 const deciderTypes = ['Decision', 'EventDraft', 'Rejection'];
 
@@ -80,11 +87,11 @@ export default [
     files: ['libs/contracts/src/**/*.ts'],
     ignores: ['**/*.spec.ts'],
     rules: {
-      '@typescript-eslint/no-restricted-imports': ['error', { patterns: [{ regex: '^(?!zod$|zod/|\\./)', message: contractsMessage }] }],
-      'no-restricted-syntax': ['error', noEnums, { selector: 'ImportExpression', message: contractsMessage }],
+      '@typescript-eslint/no-restricted-imports': ['error', { patterns: [{ regex: '^(?!zod$|zod/|\\.\\.?/)', message: contractsMessage }] }],
+      'no-restricted-syntax': ['error', noEnums, { selector: 'ImportExpression', message: contractsMessage }, { selector: "MemberExpression[object.name='process'][property.name='getBuiltinModule']", message: contractsMessage }],
     },
   },
-  { files: ['apps/**/*.ts'], ignores: ['**/*.spec.ts'], rules: { 'no-restricted-imports': ['error', { paths: noCreateRequire }] } },
+  { files: ['apps/**/*.ts'], ignores: ['**/*.spec.ts'], rules: { 'no-restricted-imports': ['error', { paths: noRunTimeModules }], 'no-restricted-syntax': ['error', noEnums, ...runTimeLoads] } },
   // Specs and the scripts they spawn may use the testing lib (real infrastructure helpers); production code may not.
   {
     files: ['**/*.spec.ts', '**/test-support/**/*.ts'],

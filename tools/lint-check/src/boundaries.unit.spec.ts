@@ -156,9 +156,14 @@ describe('contracts are pure schemas', { timeout: 60_000 }, () => {
     expect((await lint(file, "export const later = () => import('zod');\n")).map((f) => f.ruleId)).toEqual([PURE_SYNTAX]);
   });
 
-  it('contracts may import zod and their own files', async () => {
+  it('contracts may import zod and their own files, in a subfolder too', async () => {
     expect(await lint(file, importOf('zod'))).toEqual([]);
     expect(await lint(file, importOf('./ids'))).toEqual([]);
+    expect(await lint('libs/contracts/src/sub/fixture.ts', importOf('../ids'))).toEqual([]);
+  });
+
+  it('contracts may not reach a built-in at run time either', async () => {
+    expect((await lint(file, "export const fs = process.getBuiltinModule('node:fs');\n")).map((f) => f.ruleId)).toEqual([PURE_SYNTAX]);
   });
 });
 
@@ -201,9 +206,17 @@ describe('apps reach Kafka only through @labelflow/messaging', { timeout: 60_000
     expect(await lint('apps/qa-svc/src/reviews/fixture.ts', importOf(pkg))).toEqual([{ ruleId: BOUNDARIES, message: `A project tagged with "type:app" is not allowed to import "${pkg}"` }]);
   });
 
-  it('an app may not require a package at run time past the import rules', async () => {
-    const findings = await lint('apps/qa-svc/src/reviews/fixture.ts', "import { createRequire } from 'node:module';\nexport const kafka = createRequire(import.meta.url)('kafkajs');\n");
-    expect(findings.map((f) => f.ruleId)).toEqual([PURE_NAMES]);
+  it.each([
+    ['createRequire', "import { createRequire } from 'node:module';\nexport const kafka = createRequire(import.meta.url)('kafkajs');\n", PURE_NAMES],
+    ['the default export of node:module', "import Module from 'node:module';\nexport const kafka = Module.createRequire(import.meta.url)('kafkajs');\n", PURE_NAMES],
+    ['process.getBuiltinModule', "export const m = process.getBuiltinModule('node:module');\n", PURE_SYNTAX],
+    ['import() of a name', "const name = 'kafka' + 'js';\nexport const later = () => import(name);\n", PURE_SYNTAX],
+  ])('an app may not load a package at run time past the import rules: %s', async (_what, code, ruleId) => {
+    expect((await lint('apps/qa-svc/src/reviews/fixture.ts', code)).map((f) => f.ruleId)).toEqual([ruleId]);
+  });
+
+  it('an app may still import() a literal path, which the import rules see', async () => {
+    expect(await lint('apps/qa-svc/src/reviews/fixture.ts', "export const later = () => import('./other');\n")).toEqual([]);
   });
 });
 
