@@ -2,9 +2,8 @@ import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { PlumbingErrors } from './errors';
-import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { BackendState, abandonsConnection, probeBackends, watchStalledConnections, type ProbeAnswer } from './stall-watch';
-import { startFakePostgres } from './test-support/fake-postgres';
+import { startFakePostgres, startSilentServer } from './test-support/fake-postgres';
 
 /** A pool connection as the watch sees it: pg's active statement, pid and socket. */
 const fakeClient = (pid: number) => {
@@ -44,7 +43,16 @@ const setup = (answer: (pids: readonly number[]) => Promise<ProbeAnswer>, onAban
     pool.emit('connect', fake.client);
     return fake;
   };
-  return { watch, pool, connect, probed, terminated, abandoned, advance: (ms: number) => (now += ms) };
+  /** A connection whose statement went a whole stall without an answer, looked at by two ticks. */
+  const stalled = async (pid: number) => {
+    const fake = connect(pid);
+    fake.send({});
+    await watch.tick();
+    now += 1_000;
+    await watch.tick();
+    return fake;
+  };
+  return { watch, pool, connect, stalled, probed, terminated, abandoned, advance: (ms: number) => (now += ms) };
 };
 
 describe('the stall watch', () => {
@@ -89,12 +97,8 @@ describe('the stall watch', () => {
   });
 
   it('waits on for a backend the server says is still working, and asks again only a stall later', async () => {
-    const { watch, connect, probed, advance } = setup(async (pids) => fromOurServer(pids.map((p) => [p, BackendState.working] as const)));
-    const c = connect(7);
-    c.send({});
-    await watch.tick();
-    advance(1_000);
-    await watch.tick();
+    const { watch, stalled, probed, advance } = setup(async (pids) => fromOurServer(pids.map((p) => [p, BackendState.working] as const)));
+    const c = await stalled(7);
     advance(500);
     await watch.tick();
     expect(probed).toEqual([[7]]);
@@ -123,17 +127,16 @@ describe('the stall watch', () => {
   });
 
   it('gives no verdict from a probe that reached another server than the stalled connection did, nor ends a session there', async () => {
-    const { watch, connect, terminated, abandoned, advance } = setup(async () => ({ states: new Map([[7, BackendState.answered]]), server: '10.0.0.2:5432' }));
-    const c = connect(7);
-    c.send({});
-    await watch.tick();
-    advance(1_000);
-    await watch.tick();
+    const { watch, stalled, terminated, abandoned } = setup(async () => ({ states: new Map([[7, BackendState.answered]]), server: '10.0.0.2:5432' }));
+    const c = await stalled(7);
     expect([c.destroyed, abandoned, terminated]).toEqual([[], [], []]);
     watch.stop();
   });
 
-  it('keeps a connection whose answer arrived while the server was being asked', async () => {
+  it.each([
+    ['its answer arrived', (c: ReturnType<typeof fakeClient>) => void c.answer()],
+    ['it received bytes', (c: ReturnType<typeof fakeClient>) => void c.receive(10)],
+  ])('keeps a connection when %s while the server was being asked', async (_what, meanwhile) => {
     let release: () => void = () => undefined;
     const { watch, connect, advance } = setup(() => new Promise((resolve) => (release = () => resolve(BackendState.unreachable))));
     const c = connect(7);
@@ -141,7 +144,7 @@ describe('the stall watch', () => {
     await watch.tick();
     advance(1_000);
     const ticking = watch.tick();
-    c.answer();
+    meanwhile(c);
     release();
     await ticking;
     expect(c.destroyed).toEqual([]);
@@ -149,12 +152,8 @@ describe('the stall watch', () => {
   });
 
   it('keeps a connection the server answered about with an error, since that is no verdict', async () => {
-    const { watch, connect, advance } = setup(async () => BackendState.unknown);
-    const c = connect(7);
-    c.send({});
-    await watch.tick();
-    advance(1_000);
-    await watch.tick();
+    const { watch, stalled } = setup(async () => BackendState.unknown);
+    const c = await stalled(7);
     expect(c.destroyed).toEqual([]);
     expect([BackendState.working, BackendState.unknown].map(abandonsConnection)).toEqual([false, false]);
     watch.stop();
@@ -195,20 +194,6 @@ describe('the stall watch', () => {
     watch.stop();
   });
 
-  it('keeps a connection that received bytes while the server was being asked', async () => {
-    let release: () => void = () => undefined;
-    const { watch, connect, advance } = setup(() => new Promise((resolve) => (release = () => resolve(BackendState.unreachable))));
-    const c = connect(7);
-    c.send({});
-    await watch.tick();
-    advance(1_000);
-    const ticking = watch.tick();
-    c.receive(10);
-    release();
-    await ticking;
-    expect(c.destroyed).toEqual([]);
-    watch.stop();
-  });
 
   it('closes every stalled connection even when the listener told of one throws', async () => {
     const { watch, connect, abandoned, advance } = setup(async () => BackendState.unreachable, () => {
@@ -241,14 +226,10 @@ describe('the stall watch', () => {
   });
 
   it('gives no verdict when the probe itself fails, so only a timeout closes for want of an answer', async () => {
-    const { watch, connect, advance } = setup(async () => {
+    const { watch, stalled } = setup(async () => {
       throw new Error('getaddrinfo EAI_AGAIN db');
     });
-    const c = connect(7);
-    c.send({});
-    await watch.tick();
-    advance(1_000);
-    await watch.tick();
+    const c = await stalled(7);
     expect(c.destroyed).toEqual([]);
     watch.stop();
   });
@@ -312,21 +293,3 @@ describe('the probe of backends', () => {
     expect(await probeBackends(url, [7], 2_000)).toBe(BackendState.unknown);
   });
 });
-
-/** A server that accepts connections and never sends a byte: a black hole as the client sees it. */
-async function startSilentServer(): Promise<{ readonly url: string; close(): Promise<void> }> {
-  const sockets = new Set<Socket>();
-  const server = createServer((socket) => {
-    sockets.add(socket);
-    socket.on('error', () => undefined);
-    socket.resume();
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
-  return {
-    url: `postgres://fake@127.0.0.1:${(server.address() as AddressInfo).port}/fake`,
-    close: async () => {
-      for (const socket of sockets) socket.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}

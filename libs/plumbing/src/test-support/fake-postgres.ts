@@ -12,8 +12,7 @@ export interface FakePostgresOptions {
  * unit tests of what a client does with the answers: a pooler's pids, a server that never answers.
  * Integration tests use the real server.
  */
-export async function startFakePostgres(options: FakePostgresOptions): Promise<{ readonly url: string; close(): Promise<void> }> {
-  const sockets = new Set<Socket>();
+export async function startFakePostgres(options: FakePostgresOptions): Promise<FakeServer> {
   let sessions = 0;
   const message = (type: string, body: Buffer) => {
     const head = Buffer.alloc(5);
@@ -26,10 +25,7 @@ export async function startFakePostgres(options: FakePostgresOptions): Promise<{
   const cstring = (text: string) => Buffer.concat([Buffer.from(text), Buffer.from([0])]);
   const text = (value: string | null) => (value === null ? int32(-1) : Buffer.concat([int32(Buffer.byteLength(value)), Buffer.from(value)]));
   const field = (name: string, oid: number) => Buffer.concat([cstring(name), int32(0), int16(0), int32(oid), int16(-1 & 0xffff), int32(-1), int16(0)]);
-  const server = createServer((socket) => {
-    sockets.add(socket);
-    socket.on('close', () => sockets.delete(socket));
-    socket.on('error', () => undefined);
+  return serve((socket) => {
     const told = options.toldPid(++sessions);
     let buffer = Buffer.alloc(0);
     let started = false;
@@ -57,6 +53,25 @@ export async function startFakePostgres(options: FakePostgresOptions): Promise<{
         socket.write(Buffer.concat(parts));
       }
     });
+  });
+}
+
+export interface FakeServer {
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+/** A server that accepts connections and never sends a byte: a black hole as the client sees it. */
+export const startSilentServer = (): Promise<FakeServer> => serve((socket) => void socket.resume());
+
+/** Listens on a spare port of 127.0.0.1 and destroys every connection it took on close. */
+async function serve(onSocket: (socket: Socket) => void): Promise<FakeServer> {
+  const sockets = new Set<Socket>();
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => undefined);
+    onSocket(socket);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   return {
