@@ -198,8 +198,7 @@ export function createExactlyOnce<X>(deps: ExactlyOnceDeps<X>): BatchProcessor<C
     }
     let trace: TraceHeaders | undefined;
     // No span records, so no baggage of ours: a producer's is dropped, not carried on.
-    const carried = () => (meta.headers.baggage === undefined ? meta.headers : incomingTraceHeaders(meta.headers));
-    const facts: DeliveryFacts = { trace: () => (trace ??= continuedTraceHeaders(carried())), publishedAt: meta.timestamp };
+    const facts: DeliveryFacts = { trace: () => (trace ??= continuedTraceHeaders(meta.headers.baggage === undefined ? meta.headers : incomingTraceHeaders(meta.headers))), publishedAt: meta.timestamp };
     const result = batch.apply(event, facts);
     return result instanceof Promise ? result.then((applied) => [applied, facts.trace] as const) : [result, facts.trace];
   }
