@@ -1,13 +1,13 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
-import { createPool, migrate } from '@labelflow/service-kit';
+import { createPool, Lifecycle, migrate } from '@labelflow/service-kit';
 import { createLogger, createMetrics } from '@labelflow/telemetry';
 import { eventually, freshDatabase } from '@labelflow/testing';
 import { migrations } from '../migrations';
 import { drainOnce, sagaMetrics } from './notices';
 import { leaseWebhooks } from './repository';
 import { createWebhook, type Webhook } from './webhook';
-import { relayWebhooksOnce } from './webhook-relay';
+import { relayWebhooksOnce, startWebhookRelay } from './webhook-relay';
 
 const infra = inject('infra');
 const logger = createLogger({ service: 'saga-monitor', level: 'silent' });
@@ -79,6 +79,27 @@ describe('saga monitor: webhook posts queued with their notices', () => {
     // By default as many as the webhook's default concurrency (WEBHOOK_CONCURRENCY, 8).
     expect(await relay(createWebhook({ url: 'http://hook.test/', attempts: 1, timeoutMs: 1_000, logger, fetch }))).toBe(8);
     expect(await queued()).toHaveLength(2);
+  });
+
+  it('keeps its slots full while one post is held: the others go on through the queue, and the held one is handed back at close', async () => {
+    const held = await notice('alert', alert('1'));
+    for (let task = 2; task <= 7; task++) await notice('alert', alert(String(task)));
+    await drain(true);
+    const bodies: Record<string, unknown>[] = [];
+    // The first post is refused for now and waits a minute before its next try; every other one is taken at once.
+    const fetch = (async (_url: string, init: RequestInit) => {
+      const body = JSON.parse(String(init.body)) as Record<string, unknown>;
+      bodies.push(body);
+      return new Response(null, { status: body.id === held ? 503 : 204 });
+    }) as typeof globalThis.fetch;
+    const webhook = createWebhook({ url: 'http://hook.test/', attempts: 3, timeoutMs: 1_000, logger, fetch, concurrency: 2, backoffMs: () => 60_000 });
+    const lifecycle = new Lifecycle(logger);
+    startWebhookRelay({ pool, webhook, logger, everyMs: 50, leaseMs: 60_000, batch: 2 }, lifecycle);
+    // With two slots and one of them held, the other six posts still go, one after another.
+    await eventually(async () => expect(await queued()).toEqual([{ id: held, leased: true }]));
+    expect(bodies).toHaveLength(7);
+    await lifecycle.close();
+    expect(await queued()).toEqual([{ id: held, leased: false }]);
   });
 
   it("leases an alert's resolution only once its firing is gone, while other alerts go meanwhile", async () => {
