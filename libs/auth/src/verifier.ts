@@ -1,7 +1,8 @@
-import { createLocalJWKSet, createRemoteJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose';
+import { createLocalJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose';
 import type { Result } from '@labelflow/contracts';
 import { AuthError, AuthErrors } from './errors';
 import { principalFromClaims, type Principal } from './principal';
+import { createResilientRemoteKeySet, DEFAULT_JWKS_STALE_MAX_MS } from './remote-keys';
 
 /** Asymmetric algorithms accepted from a key set; `none` and HMAC never are. */
 export const ASYMMETRIC_ALGORITHMS = ['RS256', 'ES256', 'EdDSA', 'Ed25519'] as const;
@@ -25,6 +26,14 @@ export interface TokenVerifierOptions {
   readonly clockToleranceS?: number;
   /** How long a remote JWKS fetch may take. Default 5000 ms. */
   readonly jwksTimeoutMs?: number;
+  /**
+   * How long after its fetch the last key set from `jwksUrl` still verifies tokens while the
+   * endpoint cannot be reached (default 1 h; 0: not at all, every request is 503 once the set is a
+   * minute old). A key withdrawn during such an outage stays accepted that long.
+   */
+  readonly jwksStaleMaxMs?: number;
+  /** Told when a token is checked against that stale key set (the endpoint failed). */
+  readonly onStaleKeys?: (error: unknown, ageMs: number) => void;
   /** Verified tokens remembered (a client sends one token many times). Default 10 000; 0 turns it off. */
   readonly cacheSize?: number;
   /**
@@ -60,6 +69,7 @@ export function checkVerifierOptions(options: TokenVerifierOptions): string[] {
   }
   if (!options.issuer) problems.push('issuer is required');
   if (!options.audience) problems.push('audience is required');
+  if (options.jwksStaleMaxMs !== undefined && !(Number.isInteger(options.jwksStaleMaxMs) && options.jwksStaleMaxMs >= 0)) problems.push('jwksStaleMaxMs must be a whole number of milliseconds, 0 or more');
   return problems;
 }
 
@@ -68,9 +78,6 @@ export function checkVerifierOptions(options: TokenVerifierOptions): string[] {
  * `aud`, `exp` (required) and `nbf` within the clock tolerance, a well-formed `sub` and
  * labelflow claim.
  */
-/** How long a fetched key set is trusted before it is fetched again. */
-export const JWKS_CACHE_MAX_AGE_MS = 60_000;
-
 export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifier {
   const problems = checkVerifierOptions(options);
   if (problems.length > 0) throw new AuthError(AuthErrors.CONFIG_INVALID, `invalid token verifier settings: ${problems.join('; ')}`, { details: problems });
@@ -79,7 +86,11 @@ export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifie
     : options.jwksUrl
       ? // A key the identity provider withdrew (leaked, rotated out) is refused within a minute of
         // the next token's check: one small fetch a minute per service is the price.
-        createRemoteJWKSet(new URL(options.jwksUrl), { timeoutDuration: options.jwksTimeoutMs ?? 5_000, cooldownDuration: 30_000, cacheMaxAge: JWKS_CACHE_MAX_AGE_MS })
+        createResilientRemoteKeySet(new URL(options.jwksUrl), {
+          timeoutMs: options.jwksTimeoutMs ?? 5_000,
+          staleMaxMs: options.jwksStaleMaxMs ?? DEFAULT_JWKS_STALE_MAX_MS,
+          ...(options.onStaleKeys ? { onStale: options.onStaleKeys } : {}),
+        })
       : undefined;
   const secret = options.sharedSecret === undefined ? undefined : new TextEncoder().encode(options.sharedSecret);
   const algorithms = [...(keySet ? ASYMMETRIC_ALGORITHMS : []), ...(secret ? [SYMMETRIC_ALGORITHM] : [])];
@@ -92,6 +103,7 @@ export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifie
     try {
       return await keySet(header, token);
     } catch (error) {
+      if (error instanceof AuthError) throw error;
       // Only "no such key" is the token's fault; an endpoint that failed, answered non-200 or sent
       // something that is not a key set says nothing about the token, which may well be valid.
       if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys || error instanceof errors.JOSENotSupported) throw error;

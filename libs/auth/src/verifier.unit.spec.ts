@@ -106,6 +106,60 @@ describe('token verification', async () => {
     }
   });
 
+  it('keeps verifying with the last key set fetched while the identity provider\'s endpoint is down, for a bounded time, and never vouches for a key it has not seen', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      let up = true;
+      let served = 0;
+      const idp = createServer((_req, res) => {
+        served += 1;
+        if (up) res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(publicJwks));
+        else res.writeHead(503).end('down');
+      });
+      await new Promise<void>((resolve) => idp.listen(0, '127.0.0.1', resolve));
+      const stale: number[] = [];
+      const remote = createTokenVerifier({
+        issuer,
+        audience,
+        jwksUrl: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks.json`,
+        jwksTimeoutMs: 2_000,
+        jwksStaleMaxMs: 10 * 60_000,
+        onStaleKeys: (_error, ageMs) => stale.push(ageMs),
+      });
+      expect((await remote.verify(await sign())).ok).toBe(true);
+      up = false;
+
+      vi.setSystemTime(Date.now() + 61_000); // the set is past its one-minute cache: jose alone would fail here
+      expect((await remote.verify(await sign({ subject: 'bob' }))).ok).toBe(true);
+      expect(stale).toHaveLength(1);
+      // Within the cool-down after the failed fetch the endpoint is not asked again per request.
+      const asked = served;
+      expect((await remote.verify(await sign({ subject: 'carol' }))).ok).toBe(true);
+      expect(served).toBe(asked);
+      // A key the stale set lacks may be one the provider added meanwhile: unavailable, not invalid.
+      const newcomer = await generateSigningKey();
+      const unseen = await remote.verify(await issueToken({ jwk: newcomer.privateJwk }, { issuer, audience, subject: 'dave' })).catch((e: unknown) => e);
+      expect(unseen).toBeInstanceOf(AuthError);
+      expect((unseen as AuthError).code).toBe('AUTH_KEYS_UNAVAILABLE');
+
+      vi.setSystemTime(Date.now() + 10 * 60_000); // past the stale bound
+      const late = await remote.verify(await sign({ subject: 'erin' })).catch((e: unknown) => e);
+      expect(late).toBeInstanceOf(AuthError);
+      expect((late as AuthError).retriable).toBe(true);
+
+      up = true; // back: the endpoint is asked again and answers
+      vi.setSystemTime(Date.now() + 31_000);
+      expect((await remote.verify(await sign({ subject: 'frank' }))).ok).toBe(true);
+      await new Promise((resolve) => idp.close(resolve));
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('refuses a stale key set bound that is not a whole number of milliseconds', () => {
+    expect(() => createTokenVerifier({ issuer, audience, jwksUrl: 'https://idp.test/jwks.json', jwksStaleMaxMs: -1 })).toThrow(/jwksStaleMaxMs/);
+  });
+
   it('allows a small clock skew on expiry and not-before', async () => {
     const justExpired = await sign({ now: new Date(Date.now() - 3600_000 - 10_000), ttlS: 3600 });
     const slightlyAhead = await sign({ now: new Date(Date.now() + 10_000) });

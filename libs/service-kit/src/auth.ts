@@ -23,6 +23,8 @@ export const AuthConfigShape = {
     .url({ protocol: /^https?$/ })
     .refine((u) => new URL(u).protocol === 'https:' || ['127.0.0.1', 'localhost', '[::1]'].includes(new URL(u).hostname), 'must be https (http only on loopback)')
     .optional(),
+  /** How long the last key set from AUTH_JWKS_URL still verifies tokens while that endpoint is down, seconds (0: not at all). */
+  AUTH_JWKS_STALE_MAX_S: z.coerce.number().int().min(0).max(86_400).default(3_600),
   /** Development only: accept HS256 tokens signed with this secret (at least 32 bytes). */
   AUTH_DEV_SHARED_SECRET: z.string().optional(),
   /** Allowed clock difference for exp/nbf, seconds. */
@@ -71,7 +73,7 @@ function verifierOptions(config: AuthConfig): { options?: TokenVerifierOptions; 
     clockToleranceS: config.AUTH_CLOCK_SKEW_S,
     maxLifetimeS: config.AUTH_MAX_TOKEN_LIFETIME_S,
     ...(jwks ? { jwks: jwks as TokenVerifierOptions['jwks'] } : {}),
-    ...(config.AUTH_JWKS_URL ? { jwksUrl: config.AUTH_JWKS_URL } : {}),
+    ...(config.AUTH_JWKS_URL ? { jwksUrl: config.AUTH_JWKS_URL, jwksStaleMaxMs: config.AUTH_JWKS_STALE_MAX_S * 1000 } : {}),
     ...(config.AUTH_DEV_SHARED_SECRET !== undefined ? { sharedSecret: config.AUTH_DEV_SHARED_SECRET } : {}),
   };
   const problems = checkVerifierOptions(options).map((p) => `AUTH_*: ${p}`);
@@ -98,8 +100,18 @@ export function authFromConfig(config: AuthConfig, deps: { redis?: Redis; namesp
   const refused = deps.metrics?.counter('http_auth_refused_total', 'Requests refused before any route ran, by reason', ['code']);
   const fallbacks = deps.metrics?.counter('rate_limit_local_decisions_total', 'Rate-limit decisions taken without Redis (it did not answer)', []);
   let warned = 0;
+  let warnedStale = 0;
   return {
-    verifier: createTokenVerifier(options),
+    verifier: createTokenVerifier({
+      ...options,
+      onStaleKeys: (error, ageMs) => {
+        // Once a minute at most, like the rate limiter's: the operator must learn the identity
+        // provider is unreachable before the stale bound runs out and every request is refused.
+        if (Date.now() - warnedStale < 60_000) return;
+        warnedStale = Date.now();
+        deps.logger.warn({ err: error, keySetAgeS: Math.round(ageMs / 1000), staleMaxS: config.AUTH_JWKS_STALE_MAX_S }, 'tokens checked against the last key set fetched: AUTH_JWKS_URL did not answer');
+      },
+    }),
     rateLimiter: createRateLimiter({
       ...(deps.redis ? { redis: deps.redis } : {}),
       namespace: deps.namespace,
