@@ -19,7 +19,14 @@ export interface KeyClaim {
   readonly key: string;
   readonly fingerprint: string;
   readonly now: Date;
+  /** The claim's expiry, until the command completes (a takeover of an abandoned claim waits on its row lock anyway). */
   readonly expiresAt: Date;
+  /**
+   * The stored response's expiry, asked once the command is done: counted from the claim's start,
+   * a command that outlasted the TTL (lock waits, a slow statement) would commit a record already
+   * expired, and the client's retry would run the command again.
+   */
+  readonly expiresAtOnCompletion: () => Date;
   /** The claim's lock timeout: the wait for a concurrent request with the same key. */
   readonly waitMs: number;
   /**
@@ -29,7 +36,7 @@ export interface KeyClaim {
   readonly commandWaitMs?: number;
 }
 
-export type KeyedRun = { readonly kind: 'existing'; readonly existing: IdempotencyRecord } | { readonly kind: 'ran'; readonly result: StoredResponse };
+export type KeyedRun = { readonly kind: 'existing'; readonly existing: IdempotencyRecord } | { readonly kind: 'ran'; readonly result: StoredResponse; readonly expiresAt: Date };
 
 /** Runs the command's body on the transaction's client (the plugin adds the request). */
 type TransactionBody = <T>(fn: () => Promise<T>, tx: pg.PoolClient) => Promise<T>;
@@ -64,8 +71,9 @@ export function runKeyed(pool: pg.Pool, command: IdempotentCommand, body: Transa
       const commandWaitMs = Math.max(1, Math.floor(claim.commandWaitMs ?? claim.waitMs));
       if (commandWaitMs !== Math.max(1, Math.floor(claim.waitMs))) await tx.query(`SET LOCAL lock_timeout = ${commandWaitMs}`);
       const result = asStored(await body(() => command(tx, claim.key), tx));
-      if (committable(result)) await completeIdempotencyKey(tx, claim.scope, claim.key, result);
-      return { kind: 'ran', result };
+      const expiresAt = claim.expiresAtOnCompletion();
+      if (committable(result)) await completeIdempotencyKey(tx, claim.scope, claim.key, result, expiresAt);
+      return { kind: 'ran', result, expiresAt };
     },
     { lockTimeoutMs: Math.max(1, Math.floor(claim.waitMs)), commitIf: (run) => run.kind === 'ran' && committable(run.result) },
   );

@@ -364,6 +364,37 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     expect((await pool.query('SELECT count(*)::int AS n FROM idempotency_keys WHERE expires_at <= now() + interval \'47 hours\'')).rows[0].n).toBe(0);
   });
 
+  it('counts a stored response\'s lifetime from when its command finished, so a command that outlasted ttlMs is still replayed to its retry', async () => {
+    let clock = Date.now();
+    const { http } = await start({ ttlMs: 1_000, now: () => clock });
+    const key = randomUUID();
+    const name = uniqueName('slow');
+    const hold = barrier();
+    holds.set(name, hold);
+    const first = post(http, { name }, key);
+    await hold.hasEntered;
+    clock += 1_500; // the command waited on locks longer than the key's whole lifetime
+    hold.release();
+    expect((await first).status).toBe(201);
+    holds.delete(name);
+
+    const retry = await post(http, { name }, key);
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(await effects(name)).toBe(1);
+    const row = await pool.query('SELECT extract(epoch FROM expires_at) * 1000 AS expires FROM idempotency_keys WHERE key = $1', [key]);
+    expect(Number(row.rows[0].expires)).toBe(clock + 1_000);
+  });
+
+  it('treats a value in Redis it cannot read as no answer, not as a Redis failure, so the breaker stays closed and the value is overwritten', async () => {
+    const { http, metrics, namespace, redis } = await start();
+    const keys = [randomUUID(), randomUUID(), randomUUID()];
+    for (const key of keys) await redis!.set(`${namespace}:alice:p1:${key}`, `D${'0'.repeat(64)}not json`);
+    for (const [i, key] of keys.entries()) expect((await post(http, { name: uniqueName(`unreadable-${i}`) }, key)).status).toBe(201);
+    expect(metricValue(await metrics.render(), 'idempotency_redis_fallbacks_total', { op: 'begin' })).toBe(0);
+    for (const key of keys) expect((await redis!.get(`${namespace}:alice:p1:${key}`))?.slice(65)).toMatch(/^\{"status":201/);
+  });
+
   it('releases the key when the command throws, so the retry runs; a returned 4xx is stored', async () => {
     const { http, metrics } = await start();
     const key = randomUUID();
@@ -483,6 +514,22 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
     hold.release();
     expect((await first).status).toBe(201);
     expect((await post(http, { name }, key)).headers.get('idempotent-replayed')).toBe('true');
+    expect(await effects(name)).toBe(1);
+  });
+
+  it('answers a PostgreSQL-only duplicate of a slow request 409 within a couple of seconds, whatever lockMs, so retries do not hold the pool\'s connections', async () => {
+    // lockMs longer than the test's own time-out: a duplicate that waited it out would fail the test.
+    const { http } = await start({ redisUrl: null, lockMs: 120_000 });
+    const key = randomUUID();
+    const name = uniqueName('pg-short-wait');
+    const hold = barrier();
+    holds.set(name, hold);
+    const first = post(http, { name }, key);
+    await hold.hasEntered;
+    const duplicates = await Promise.all([post(http, { name }, key), post(http, { name }, key)]);
+    expect(duplicates.map((d) => d.status)).toEqual([409, 409]);
+    hold.release();
+    expect((await first).status).toBe(201);
     expect(await effects(name)).toBe(1);
   });
 });

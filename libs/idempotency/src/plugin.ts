@@ -16,6 +16,13 @@ import { readIdempotencyKey, type IdempotencyRecord, type StoredResponse } from 
  * short enough that the client hears "in flight" at once.
  */
 const LIVE_OWNER_PROBE_MS = 200;
+/**
+ * How long a request waits in PostgreSQL for another holder of its key when Redis did not tell it
+ * of one (Redis away, or not configured): a command that ends meanwhile is replayed at once, a
+ * longer one answers 409. Waiting the whole `lockMs` would hold a pool connection per retry of a
+ * slow request, and a client retrying a few of them would leave every route without connections.
+ */
+export const DUPLICATE_WAIT_MS = 2_000;
 
 async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): Promise<void> {
   const { ttlMs, lockMs, redisTimeoutMs, breaker, now } = resolveOptions(options);
@@ -114,6 +121,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     // 1. Redis: a cached response or a live lock answers without touching PostgreSQL.
     const seen: RedisSeen | undefined = await viaRedis('begin', (t) => t.begin(redisKey, fingerprint, owner));
     if (seen?.kind === 'done') return replay(reply, seen, same, key);
+    if (seen?.kind === 'unreadable') log.debug({ key: redisKey }, 'idempotency redis value unreadable; PostgreSQL answers alone');
     if (seen?.kind === 'locked') {
       // PostgreSQL is the authority: a lock left behind (finish failed) must not hide a committed
       // response. A lock of another body under this key is answered as a reuse only once its
@@ -131,7 +139,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
       // as it would with Redis away.
     }
     const ownLock = seen?.kind === 'acquired';
-    const waitMs = seen?.kind === 'locked' ? Math.min(lockMs, LIVE_OWNER_PROBE_MS) : lockMs;
+    const waitMs = Math.min(lockMs, seen?.kind === 'locked' ? LIVE_OWNER_PROBE_MS : DUPLICATE_WAIT_MS);
     // Released even when `begin` failed or timed out: Redis may still have run it and set our lock,
     // which would answer the client's retry 409 for lockMs. The release is owner-checked.
     const releaseLock = () => viaRedis('release', (t) => t.release(redisKey, fingerprint, owner));
@@ -141,7 +149,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
     const expiresAt = new Date(createdAt + ttlMs);
     let run: KeyedRun;
     try {
-      run = await runKeyed(pool, command, bodyOf(request), { scope, key, fingerprint, now: new Date(createdAt), expiresAt, waitMs, commandWaitMs: lockMs });
+      run = await runKeyed(pool, command, bodyOf(request), { scope, key, fingerprint, now: new Date(createdAt), expiresAt, expiresAtOnCompletion: () => new Date(now() + ttlMs), waitMs, commandWaitMs: lockMs });
     } catch (error) {
       await releaseLock();
       // In flight whatever the lock's body: the live owner may not be the lock's (a request that
@@ -168,7 +176,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
       return sendResult(reply, result, false);
     }
     // 3. After COMMIT: the response replaces the lock in Redis (best effort; PostgreSQL has it).
-    await cache({ fingerprint, response: result, expiresAt });
+    await cache({ fingerprint, response: result, expiresAt: run.expiresAt });
     count(IdempotencyOutcome.executed);
     return sendResult(reply, result, false);
   }

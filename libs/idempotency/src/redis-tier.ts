@@ -35,7 +35,13 @@ return redis.error_reply('unknown op ' .. tostring(op))`;
 export type RedisSeen =
   | { readonly kind: 'acquired' }
   | { readonly kind: 'locked'; readonly fingerprint: string }
-  | { readonly kind: 'done'; readonly fingerprint: string; readonly response: StoredResponse };
+  | { readonly kind: 'done'; readonly fingerprint: string; readonly response: StoredResponse }
+  /**
+   * A value this library cannot read (another version's format, a foreign writer): Redis answered,
+   * so it is no failure of Redis (which would count against the breaker for every key), but it
+   * vouches for nothing either. PostgreSQL decides, and `finish` overwrites the value.
+   */
+  | { readonly kind: 'unreadable' };
 
 export interface RedisTierOptions {
   readonly redis: Redis;
@@ -89,9 +95,7 @@ export function createIdempotencyRedisTier({ redis, lockMs, timeoutMs, onScriptL
     async begin(redisKey, fingerprint, owner) {
       const found = await run(redisKey, ['begin', lockValue(fingerprint, owner), lockMs]);
       if (found === null || found === undefined) return { kind: 'acquired' };
-      const seen = parseSeen(String(found));
-      if (!seen) throw new IdempotencyError(IdempotencyErrors.REDIS_UNAVAILABLE, `redis holds an unreadable value under ${redisKey}`);
-      return seen;
+      return parseSeen(String(found)) ?? { kind: 'unreadable' };
     },
     async finish(redisKey, fingerprint, response, ttlMs) {
       await run(redisKey, ['finish', doneValue(fingerprint, response), Math.max(1, Math.ceil(ttlMs))]);

@@ -87,10 +87,10 @@ export async function claimIdempotencyKey(
   throw new IdempotencyError(IdempotencyErrors.STORE_CONTENDED, `idempotency key ${entry.key} could not be claimed nor read`, { retriable: true });
 }
 
-/** Writes the command's response into the claimed row, in the same transaction as its effects. */
-export async function completeIdempotencyKey(tx: Queryable, scope: string, key: string, response: StoredResponse): Promise<void> {
+/** Writes the command's response, and its expiry counted from now, into the claimed row, in the same transaction as its effects. */
+export async function completeIdempotencyKey(tx: Queryable, scope: string, key: string, response: StoredResponse, expiresAt: Date): Promise<void> {
   const stored = { ...('body' in response && response.body !== undefined ? { body: response.body } : {}), ...(response.headers ? { headers: response.headers } : {}) };
-  await tx.query('UPDATE idempotency_keys SET status_code = $3, response = $4 WHERE scope = $1 AND key = $2', [scope, key, response.status, JSON.stringify(stored)]);
+  await tx.query('UPDATE idempotency_keys SET status_code = $3, response = $4, expires_at = $5 WHERE scope = $1 AND key = $2', [scope, key, response.status, JSON.stringify(stored), expiresAt]);
 }
 
 /** The committed, unexpired record for (scope, key), if any. */
@@ -105,7 +105,7 @@ export async function readIdempotencyKey(db: Queryable, scope: string, key: stri
 /**
  * Deletes expired records in batches (each its own short statement) and returns how many went.
  * Expired records are already ignored by the plugin; pruning only reclaims space. Call it from a
- * periodic job (a sweeper), e.g. every few minutes.
+ * periodic job (a sweeper; the services prune hourly).
  */
 export async function pruneIdempotencyKeys(db: Queryable, { now = new Date(), batchSize = 1_000, signal }: { now?: Date; batchSize?: number; signal?: AbortSignal } = {}): Promise<number> {
   let total = 0;
