@@ -47,9 +47,10 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
   // Rows read and not yet sent, in id order.
   const window: Pending[] = [];
   let cursor = '0';
-  // Rows read in this drain that are not known to be marked (or parked) yet.
-  let outstanding = 0;
-  // Of those, the ones whose UPDATE is queued or running: a read skips them, committed or not.
+  // Ids of the rows this drain read whose mark (or park) is not queued yet: the rows at or below
+  // the cursor that a read expects to find still pending.
+  const unresolved = new Set<string>();
+  // Rows whose UPDATE is queued or running: a read skips them, committed or not.
   const resolving = new Set<string>();
   const toMark: Pending[] = [];
   let markQueued = false;
@@ -67,17 +68,19 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     const seen = deps.notifications();
     // Taken together, in one synchronous step: a mark that commits later is skipped by id.
     const skipping = [...resolving];
-    const expected = outstanding - skipping.length;
-    const { rows } = await session.query<ReadRow>(sql, [cursor, maxBatchBytes, expected + limit, pgArray(skipping)]);
+    const known = [...unresolved];
+    const { rows } = await session.query<ReadRow>(sql, [cursor, maxBatchBytes, known.length + limit, pgArray(skipping), pgArray(known)]);
     const first = rows[0];
     if (!first) {
       exhausted = true;
       return;
     }
-    if (first.behind > expected) {
+    if (first.behind > 0) {
       // A row below the cursor committed after the cursor passed it (ids are taken at INSERT,
       // rows become visible at COMMIT). Sending this read could let a later event of its key
       // overtake it: drop the read, finish what is in flight and start again from the lowest id.
+      // It is found by id, not by count: rows of ours that another relay marked meanwhile (one
+      // that led before this one and had sent them) would hide as many late rows from a count.
       exhausted = true;
       again = true;
       return;
@@ -96,6 +99,7 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
       }
     };
     for (const r of rows) {
+      unresolved.add(r.id);
       let entries: Pending[];
       try {
         entries = pendingOf({ id: r.id, topic: r.topic, key: r.message_key, payload: r.payload, headers: r.headers, messages: r.messages }, parked);
@@ -118,7 +122,6 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     }
     rowSize.bytesPerRow = bytes / rows.length;
     rowSize.messagesPerRow = messages / rows.length;
-    outstanding += rows.length;
     cursor = rows[rows.length - 1]?.id ?? cursor;
     // Caught up: fewer rows than asked for and none left behind by the byte cut. A NOTIFY since
     // the read began means more may have committed: read on rather than restart the pipeline,
@@ -132,12 +135,13 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     });
     reading = p;
   };
-  // `outstanding` counts rows: a row is done with the entry that ends it (a bundle's last message).
   const resolve = (rows: readonly Pending[], update: (rows: readonly Pending[]) => Promise<void>) => {
-    for (const r of rows) resolving.add(r.id);
+    for (const r of rows) {
+      resolving.add(r.id);
+      unresolved.delete(r.id);
+    }
     void marks.run(async () => {
       await update(rows);
-      outstanding -= endingRows(rows).length;
       for (const r of rows) resolving.delete(r.id);
     });
   };
@@ -145,7 +149,10 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
     // A bundle whose last message is still to be sent stays pending: a crash now sends it again whole.
     const rows = endingRows(sent);
     if (rows.length === 0) return;
-    for (const r of rows) resolving.add(r.id);
+    for (const r of rows) {
+      resolving.add(r.id);
+      unresolved.delete(r.id);
+    }
     toMark.push(...rows);
     if (markQueued) return;
     markQueued = true;
@@ -153,7 +160,6 @@ export async function drain(deps: DrainDeps, session: pg.PoolClient): Promise<bo
       markQueued = false;
       const batch = toMark.splice(0);
       await rowMarks.markPublished(batch);
-      outstanding -= batch.length;
       for (const r of batch) resolving.delete(r.id);
     });
   };

@@ -27,9 +27,9 @@ export type FailReason = (typeof FailReason)[keyof typeof FailReason];
 /**
  * One statement, one snapshot. `head` walks the pending ids (outbox_pending) from the lowest, as
  * a relay that re-reads from the start would, but narrowly (ids and sizes only), skipping the rows
- * whose mark is under way ($4), and at most `outstanding + limit` of them: the rows at or below
- * the cursor are this drain's own outstanding rows plus any row that committed after the cursor
- * passed it (`behind` counts both). The rows after the cursor are cut once those before one
+ * whose mark is under way ($4), and at most `known + limit` of them: the rows at or below the
+ * cursor are this drain's own unmarked rows ($5) plus any row that committed after the cursor
+ * passed it, which `behind` counts (those not in $5). The rows after the cursor are cut once those before one
  * already hold `maxBatchBytes` (the stored size for small payloads, the JSON text's size for large
  * ones, which are stored compressed, and a bundle's frames' size, which its TOAST pointer holds),
  * and only the rows kept are fetched whole. Only the ids after the cursor are looked up in the
@@ -40,7 +40,7 @@ export type FailReason = (typeof FailReason)[keyof typeof FailReason];
  * While any row is parked (rare: a row too large for its topic, and what it holds back), the read
  * also lists the parked keys, a bundle's from its frames, so that the relay holds every later
  * message of those keys, in a plain row or in a bundle.
- * $1 cursor, $2 maxBatchBytes, $3 outstanding + limit, $4 ids being marked. Without the bundles
+ * $1 cursor, $2 maxBatchBytes, $3 known + limit, $4 ids being marked, $5 the drain's read ids not being marked. Without the bundles
  * step (`bundles: false`) the outbox has plain rows only, and the read names no `messages` column.
  */
 export const readSqlFor = ({ bundles }: { readonly bundles: boolean }): string => `
@@ -53,7 +53,7 @@ WITH head AS MATERIALIZED (
                       FROM outbox WHERE outbox.id = h.id OFFSET 0) o
   WHERE h.id > $1
 ), cut AS MATERIALIZED (
-  SELECT (SELECT count(*) FROM head WHERE id <= $1)::int AS behind,
+  SELECT (SELECT count(*) FROM head WHERE id <= $1 AND NOT (id = ANY($5::bigint[])))::int AS behind,
          (SELECT count(*) FROM fresh)::int AS fetched,
          (SELECT max(id) FROM fresh WHERE bytes_before < $2) AS last,
          EXISTS (SELECT 1 FROM outbox WHERE failed_at IS NOT NULL) AS any_parked

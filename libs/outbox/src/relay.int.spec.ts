@@ -495,7 +495,7 @@ describe('the outbox relay', () => {
     cleanups.push(async () => session.release());
     await session.query(readSessionSql);
     const { rows: plan } = await session.query<{ 'QUERY PLAN': [{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number; 'Actual Rows': number } }] }>(
-      `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${readSql}`.replace(/\$(\d)/g, (_, n: string) => ({ '1': '0', '2': '786432', '3': '500', '4': "'{}'" })[n] ?? ''),
+      `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${readSql}`.replace(/\$(\d)/g, (_, n: string) => ({ '1': '0', '2': '786432', '3': '500', '4': "'{}'", '5': "'{}'" })[n] ?? ''),
     );
     const top = plan[0]!['QUERY PLAN'][0].Plan;
     expect(top['Actual Rows']).toBe(10);
