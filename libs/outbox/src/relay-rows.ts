@@ -94,14 +94,51 @@ export interface RowMarks {
   markPublished(rows: readonly Pending[]): Promise<void>;
   /** Sets failed_at and takes the rows off the pending list: the relay gives up on them, for `reason`. */
   park(rows: readonly Pending[], reason: FailReason, failure: string): Promise<void>;
-  /** Parks rows that an earlier parked row of their key holds back. */
+  /**
+   * Parks rows that an earlier parked row of their key holds back, if one still does: an operator
+   * may have released the key since the read that held them. A row it leaves stays pending, and
+   * the next read, finding it below its cursor, starts over from the lowest id.
+   */
   parkHeld(rows: readonly Pending[]): Promise<void>;
   /** Parks a row the relay cannot read into messages (a bundle whose frames are malformed), so that it blocks nothing. */
   parkUnreadable(rows: readonly Pending[], error: unknown): Promise<void>;
 }
 
+/**
+ * Parks the held rows ($1 ids, $2 the key each was held for) that a parked row of that key with a
+ * lower id still holds, in one statement, and returns their ids. A parked bundle holds its row's
+ * key and every key its frames name (an unreadable one may name none: the drain holds its row's
+ * key). Without the bundles step the outbox has plain rows only.
+ */
+export const parkHeldSqlFor = ({ bundles }: { readonly bundles: boolean }): string => `
+WITH held(id, k) AS (SELECT * FROM unnest($1::bigint[], $2::text[])),
+blocked AS (
+  SELECT DISTINCT h.id FROM held h
+  WHERE EXISTS (SELECT 1 FROM outbox p WHERE p.failed_at IS NOT NULL AND p.id < h.id AND p.message_key = h.k)${
+    bundles
+      ? `
+     OR EXISTS (SELECT 1 FROM outbox p WHERE p.failed_at IS NOT NULL AND p.id < h.id AND p.messages IS NOT NULL
+                AND h.k IN (SELECT split_part(f, E'\x1f', 3) FROM unnest(string_to_array(p.messages, E'\x1e')) AS f))`
+      : ''
+  }
+), parked AS (
+  UPDATE outbox SET failed_at = now(), failure = $3 WHERE id IN (SELECT id FROM blocked) RETURNING id
+)
+DELETE FROM outbox_pending WHERE id IN (SELECT id FROM parked) RETURNING id`;
+
 /** The relay's writes to its rows, on pool connections (never the LISTEN session, which reads). */
-export function createRowMarks({ pool, logger, metrics }: { readonly pool: pg.Pool; readonly logger: Logger; readonly metrics?: Metrics }): RowMarks {
+export function createRowMarks({
+  pool,
+  logger,
+  metrics,
+  bundles = () => true,
+}: {
+  readonly pool: pg.Pool;
+  readonly logger: Logger;
+  readonly metrics?: Metrics;
+  /** Whether the outbox has the bundles step, as the leader last found it. */
+  readonly bundles?: () => boolean;
+}): RowMarks {
   const published = metrics?.counter('outbox_published_total', 'Outbox rows published to Kafka');
   const parked = metrics?.counter('outbox_failed_total', 'Outbox rows given up on (failed_at set): too_large for their topic, unreadable (a bundle whose frames cannot be read), or held behind such a row of the same key', ['reason']);
 
@@ -125,9 +162,18 @@ export function createRowMarks({ pool, logger, metrics }: { readonly pool: pg.Po
     },
     park,
     async parkHeld(rows) {
-      await park(rows, FailReason.held, 'held: an earlier row of the same message_key is parked (failed_at set)');
+      // One (id, key) pair per message: a bundle is held for any of its keys.
+      const pairs = [...new Map(rows.map((r) => [`${r.id} ${r.message.key}`, r])).values()];
+      const { rows: done } = await pool.query<{ id: string }>(parkHeldSqlFor({ bundles: bundles() }), [
+        pgArray(pairs.map((r) => r.id)),
+        pgArray(pairs.map((r) => r.message.key)),
+        'held: an earlier row of the same message_key is parked (failed_at set)',
+      ]);
+      if (done.length === 0) return;
+      const ids = new Set(done.map((r) => String(r.id)));
+      parked?.inc({ reason: FailReason.held }, ids.size);
       logger.error(
-        { outboxIds: idsOf(rows), keys: [...new Set(rows.map((r) => r.message.key))] },
+        { outboxIds: [...ids], keys: [...new Set(rows.filter((r) => ids.has(r.id)).map((r) => r.message.key))] },
         'outbox rows held behind a parked row of the same key; not published (failed_at set)',
       );
     },

@@ -20,7 +20,8 @@ import {
   type PublishedMessage,
   type Publisher,
 } from './index';
-import { readSessionSql, readSql } from './relay-rows';
+import type { Pending } from './relay-batch';
+import { createRowMarks, readSessionSql, readSql } from './relay-rows';
 
 const infra = inject('infra');
 const logger = captureLogs({ service: 'outbox-test' }).logger;
@@ -403,6 +404,26 @@ describe('the outbox relay', () => {
     expect(firstSeqsByKey(after)).toEqual({ ...expected, 'task-c': upTo(11) });
     await eventually(async () => expect((await state()).at(-1)).toEqual({ key: 'task-big', seq: 3, published: false, failure: expect.stringContaining('held') }));
     await eventually(async () => expect((await pool.query(countPendingSql)).rows[0].n).toBe(0));
+  });
+
+  it('leaves a row held by a read pending when its key was released before the park, and publishes the key\'s rows in order', async () => {
+    const topic = await freshTopic();
+    await enqueue(pool, 'outbox_test', rows(topic, 'task-k', 3));
+    const ids = (await pool.query<{ id: string }>('SELECT id::text FROM outbox ORDER BY id')).rows.map((r) => r.id);
+    // The first row is parked, as a refusal of the broker would have left it.
+    await pool.query(`WITH p AS (UPDATE outbox SET failed_at = now(), failure = 'too large: test' WHERE id = $1) DELETE FROM outbox_pending WHERE id = $1`, [ids[0]]);
+    const marks = createRowMarks({ pool, logger });
+    const held = (id: string): Pending => ({ id, message: { topic, key: 'task-k', value: '', headers: {} }, bytes: 0, held: true, ends: 1 });
+    await marks.parkHeld([held(ids[1]!)]);
+    // The operator releases the key's parked rows; a read that ran before had held the third row.
+    await pool.query(`UPDATE outbox SET failed_at = NULL, failure = NULL WHERE message_key = 'task-k' AND failed_at IS NOT NULL`);
+    await marks.parkHeld([held(ids[2]!)]);
+    const state = await pool.query<{ parked: boolean; pending: boolean }>(
+      'SELECT failed_at IS NOT NULL AS parked, EXISTS (SELECT 1 FROM outbox_pending p WHERE p.id = o.id) AS pending FROM outbox o ORDER BY id',
+    );
+    expect(state.rows).toEqual([0, 1, 2].map(() => ({ parked: false, pending: true })));
+    start();
+    await eventually(async () => expect((await readAll(infra.kafkaBrokers, topic)).map((m) => seqOf(m.value))).toEqual(upTo(3)));
   });
 
   it('reads the next batch while the current one is being sent, and publishes every row once, in id order', async () => {

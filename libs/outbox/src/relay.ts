@@ -50,7 +50,7 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
   const batchSize = Math.max(1, Math.floor(options.batchSize ?? 500));
   const maxBatchBytes = Math.max(1, Math.floor(options.maxBatchBytes ?? DEFAULT_MAX_BATCH_BYTES));
   const lockKey = hashLockKey(`outbox:${channel}`);
-  const marks = createRowMarks({ pool, logger, ...(metrics ? { metrics } : {}) });
+  const marks = createRowMarks({ pool, logger, bundles: () => bundles, ...(metrics ? { metrics } : {}) });
   const failures = metrics?.counter('outbox_publish_failures_total', 'Failed outbox publish attempts');
   let running = false;
   let listener: pg.PoolClient | undefined;
@@ -148,7 +148,8 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
   };
   // The read for the outbox as the leader found it when it took the lock: an outbox migrated up to
   // the pending-rows step but not to bundles is read as plain rows.
-  let sql = readSqlFor({ bundles: true });
+  let bundles = true;
+  let sql = readSqlFor({ bundles });
   const drainDeps = (): DrainDeps => ({
     batchSize,
     maxBatchBytes,
@@ -186,7 +187,10 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
     if (!leader) {
       leader = await lead(session);
       const shape = leader ? await outboxShape(pool) : undefined;
-      if (shape) sql = readSqlFor({ bundles: shape.bundles });
+      if (shape) {
+        bundles = shape.bundles;
+        sql = readSqlFor({ bundles });
+      }
       if (shape && !shape.pending) {
         // The error drops the session, and the lock with it, and the loop retries with backoff:
         // the relay starts publishing once the migration has run, without a restart.
