@@ -80,6 +80,17 @@ export const readSql = readSqlFor({ bundles: true });
 /** The planner settings of the relay's LISTEN session, which runs readSql (see createOutboxRelay's connectListener). */
 export const readSessionSql = 'SET enable_seqscan = off; SET enable_bitmapscan = off; SET plan_cache_mode = force_custom_plan';
 
+/**
+ * The server side's watch over the relay's LISTEN session, which holds the leader's advisory lock:
+ * a leader whose host died or was cut off sends no FIN, and without these PostgreSQL keeps the
+ * session, and the lock, for as long as the kernel's defaults take to give up on it (two hours of
+ * silence before a keepalive, or some fifteen minutes of retransmission once a NOTIFY is unsent),
+ * while every standby is refused the lock and nothing is published. With them it is closed within
+ * about 25 s of silence, or 30 s after a write goes unacknowledged. Ignored on a Unix socket.
+ */
+export const leaseSessionSql =
+  "SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3; SELECT set_config('tcp_user_timeout', '30000', false) WHERE current_setting('server_version_num')::int >= 120000";
+
 /** Which later steps the outbox has: its pending-rows list (outboxPendingMigrationSql), which the relay reads and marks, and bundles (outboxBundlesMigrationSql). */
 export async function outboxShape(pool: pg.Pool): Promise<{ readonly pending: boolean; readonly bundles: boolean }> {
   const { rows } = await pool.query<{ pending: boolean; bundles: boolean }>(

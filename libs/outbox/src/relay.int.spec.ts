@@ -21,7 +21,7 @@ import {
   type Publisher,
 } from './index';
 import type { Pending } from './relay-batch';
-import { createRowMarks, readSessionSql, readSql } from './relay-rows';
+import { createRowMarks, leaseSessionSql, readSessionSql, readSql } from './relay-rows';
 
 const infra = inject('infra');
 const logger = captureLogs({ service: 'outbox-test' }).logger;
@@ -219,6 +219,35 @@ describe('the outbox relay', () => {
     const read = await readTopic(infra.kafkaBrokers, topic, (m) => m.length >= 4);
     expect(read.map((m) => (JSON.parse(m.value!.toString()) as { seq: number }).seq)).toEqual([0, 1, 0, 1]);
     await eventually(async () => expect((await pool.query(countPendingSql)).rows[0].n).toBe(0));
+  });
+
+  it('has PostgreSQL watch the leader\'s session with TCP keepalives, so a leader whose host vanished loses the lock in seconds, not hours', async () => {
+    // Which session ran what: the leader's LISTEN session must also have run the keepalive settings.
+    const sessions = new Map<pg.Client, string[]>();
+    class RecordingClient extends pg.Client {
+      override query(...args: unknown[]): never {
+        const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: unknown } | undefined)?.text;
+        if (typeof text === 'string') sessions.set(this, [...(sessions.get(this) ?? []), text]);
+        return (super.query as (...a: unknown[]) => never)(...args);
+      }
+    }
+    const db = await freshDatabase();
+    start({ pool: poolFor(db.url, { Client: RecordingClient }) });
+    await eventually(async () => expect(await lockHolder(db.pool)).not.toBeNull());
+    const leaderSession = [...sessions.values()].find((texts) => texts.some((t) => t.startsWith('LISTEN')));
+    expect(leaderSession?.some((t) => t.includes(leaseSessionSql))).toBe(true);
+    // The settings take on a TCP session (on a Unix socket PostgreSQL ignores them, and shows 0).
+    const probe = new pg.Client({ connectionString: db.url });
+    await probe.connect();
+    try {
+      await probe.query(leaseSessionSql);
+      const shown = async (name: string) => (await probe.query<Record<string, string>>(`SHOW ${name}`)).rows[0]![name];
+      const tcp = (await probe.query<{ tcp: boolean }>('SELECT inet_client_addr() IS NOT NULL AS tcp')).rows[0]!.tcp;
+      expect(tcp).toBe(true); // the test servers are reached over TCP, as a relay on another host would be
+      expect([await shown('tcp_keepalives_idle'), await shown('tcp_keepalives_interval'), await shown('tcp_keepalives_count'), await shown('tcp_user_timeout')]).toEqual(['10', '5', '3', '30000']);
+    } finally {
+      await probe.end();
+    }
   });
 
   it('keeps a standby to one lock attempt per poll interval however many NOTIFYs arrive', async () => {

@@ -4,7 +4,7 @@ import { OutboxError, OutboxErrors } from './errors';
 import { DEFAULT_MAX_BATCH_BYTES, type Pending } from './relay-batch';
 import { drain, type DrainDeps } from './relay-drain';
 import { sendApart } from './relay-parking';
-import { createRowMarks, outboxShape, readSessionSql, readSqlFor } from './relay-rows';
+import { createRowMarks, leaseSessionSql, outboxShape, readSessionSql, readSqlFor } from './relay-rows';
 import type { PublishedMessage, Publisher } from './types';
 
 export interface OutboxRelayOptions {
@@ -109,7 +109,7 @@ export function createOutboxRelay(options: OutboxRelayOptions): OutboxRelay {
       // The read is a prepared statement on the services' pools (usePreparedStatements), and a
       // generic plan of it, blind to the cursor and the limit, read a third slower in bench:pipeline:
       // it is planned for its parameters every time, as an unnamed statement would be.
-      await client.query(readSessionSql);
+      await client.query(`${readSessionSql}; ${leaseSessionSql}`);
     } catch (error) {
       client.release(true);
       throw error;
