@@ -48,6 +48,13 @@ export interface TokenVerifierOptions {
    * in the future (beyond the clock tolerance) is refused too.
    */
   readonly maxLifetimeS?: number;
+  /**
+   * `at+jwt`: accept only tokens whose `typ` header says they are OAuth access tokens (RFC 9068).
+   * Unset: also `JWT` and no `typ`, as most identity providers issue access tokens, at the price
+   * that an OpenID Connect ID token of the same provider, whose audience is this resource server's
+   * and which carries the roles claim, is accepted as one too.
+   */
+  readonly requiredType?: 'at+jwt';
   readonly nowMs?: () => number;
 }
 
@@ -148,7 +155,7 @@ export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifie
       if (hit) verified.delete(token);
       try {
         const { payload, protectedHeader } = await verifySignature(token);
-        const kind = typeProblem(protectedHeader.typ);
+        const kind = typeProblem(protectedHeader.typ, options.requiredType);
         if (kind) return { ok: false, reason: { code: AuthErrors.TOKEN_INVALID, message: kind } };
         const lifetime = lifetimeProblem(payload, { nowS: now() / 1000, maxLifetimeS, clockTolerance });
         if (lifetime) return { ok: false, reason: { code: AuthErrors.TOKEN_INVALID, message: lifetime } };
@@ -186,7 +193,11 @@ const ACCESS_TOKEN_TYPES: ReadonlySet<string> = new Set(['jwt', 'application/jwt
  * `secevent+jwt`…), or undefined. Such a token carries `iss`, `sub` and often `aud` too; accepting
  * it as a bearer token is the token confusion RFC 8725 (section 3.11) warns of.
  */
-function typeProblem(typ: string | undefined): string | undefined {
+function typeProblem(typ: string | undefined, required: 'at+jwt' | undefined): string | undefined {
+  if (required) {
+    const lower = typ?.toLowerCase();
+    return lower === 'at+jwt' || lower === 'application/at+jwt' ? undefined : `the token's typ header is ${typ === undefined ? 'missing' : JSON.stringify(typ.slice(0, 40))}; only access tokens typed at+jwt (RFC 9068) are accepted`;
+  }
   if (typ === undefined || ACCESS_TOKEN_TYPES.has(typ.toLowerCase())) return undefined;
   return `the token's typ header ${JSON.stringify(typ.slice(0, 40))} is not that of an access token (JWT or at+jwt)`;
 }

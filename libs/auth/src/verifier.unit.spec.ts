@@ -84,6 +84,11 @@ describe('token verification', async () => {
     for (const typ of ['dpop+jwt', 'logout+jwt', 'secevent+jwt']) {
       expect(await verifier.verify(await typed(typ))).toEqual({ ok: false, reason: { code: 'TOKEN_INVALID', message: `the token's typ header "${typ}" is not that of an access token (JWT or at+jwt)` } });
     }
+    // Told to, it takes only RFC 9068 access tokens: an ID token (no typ, or JWT) is refused.
+    const strict = createTokenVerifier({ issuer, audience, jwks: publicJwks, requiredType: 'at+jwt' });
+    for (const typ of ['at+jwt', 'application/at+JWT']) expect((await strict.verify(await typed(typ))).ok, typ).toBe(true);
+    expect(await strict.verify(await typed(undefined))).toEqual({ ok: false, reason: { code: 'TOKEN_INVALID', message: 'the token\'s typ header is missing; only access tokens typed at+jwt (RFC 9068) are accepted' } });
+    expect((await strict.verify(await typed('JWT'))).ok).toBe(false);
   });
 
   it('stops accepting a remembered token within two minutes once its key is gone from the identity provider\'s key set', async () => {

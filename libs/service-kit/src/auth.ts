@@ -25,6 +25,8 @@ export const AuthConfigShape = {
     .optional(),
   /** How long the last key set from AUTH_JWKS_URL still verifies tokens while that endpoint is down, seconds (0: not at all). */
   AUTH_JWKS_STALE_MAX_S: z.coerce.number().int().min(0).max(86_400).default(3_600),
+  /** `at+jwt`: accept only RFC 9068 access tokens (their `typ` header), never an ID token of the same provider. */
+  AUTH_REQUIRED_TOKEN_TYPE: z.enum(['at+jwt']).optional(),
   /** Development only: accept HS256 tokens signed with this secret (at least 32 bytes). */
   AUTH_DEV_SHARED_SECRET: z.string().optional(),
   /** Allowed clock difference for exp/nbf, seconds. */
@@ -72,6 +74,7 @@ function verifierOptions(config: AuthConfig): { options?: TokenVerifierOptions; 
     audience: config.AUTH_AUDIENCE,
     clockToleranceS: config.AUTH_CLOCK_SKEW_S,
     maxLifetimeS: config.AUTH_MAX_TOKEN_LIFETIME_S,
+    ...(config.AUTH_REQUIRED_TOKEN_TYPE ? { requiredType: config.AUTH_REQUIRED_TOKEN_TYPE } : {}),
     ...(jwks ? { jwks: jwks as TokenVerifierOptions['jwks'] } : {}),
     ...(config.AUTH_JWKS_URL ? { jwksUrl: config.AUTH_JWKS_URL, jwksStaleMaxMs: config.AUTH_JWKS_STALE_MAX_S * 1000 } : {}),
     ...(config.AUTH_DEV_SHARED_SECRET !== undefined ? { sharedSecret: config.AUTH_DEV_SHARED_SECRET } : {}),
