@@ -8,6 +8,7 @@ import { takeSnapshot, type Sources } from './snapshot';
 export * from './invariants';
 export * from './report';
 export * from './snapshot';
+export * from './pools';
 
 export interface AuditRun extends Partial<AuditOptions> {
   readonly sources: Sources;

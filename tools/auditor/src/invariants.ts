@@ -3,6 +3,7 @@ import type { Snapshot } from './snapshot';
 
 export const Invariants = {
   BILLED_ONCE: 'BILLED_ONCE',
+  BILLED_APPROVED: 'BILLED_APPROVED',
   NO_SURVIVING_DEBIT: 'NO_SURVIVING_DEBIT',
   BUDGET_BALANCE: 'BUDGET_BALANCE',
   PAYOUT_BALANCE: 'PAYOUT_BALANCE',
@@ -28,7 +29,7 @@ export interface AuditOptions {
   readonly settleMs: number;
   /** A non-terminal step may last this long past its deadline or lease before the task counts as stuck. */
   readonly stuckMs: number;
-  /** An outbox row unpublished for longer than this is a violation. */
+  /** An outbox row waiting to be published for longer than this is a violation (a parked one is, whatever its age). */
   readonly outboxMs: number;
 }
 
@@ -90,6 +91,7 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
         if (current.debit !== expected.debit || current.credit !== expected.credit || current.debits !== 1) {
           flag('BILLED_ONCE', `${t.status} task on attempt ${t.attempt} has booked ${JSON.stringify(current)}, not one billing at ${JSON.stringify(expected)}`, ids);
         }
+        checkBilledApproved(s, t, flag);
       }
     }
     // billing-svc's own record of the attempt agrees, also where no money moved (a model's labels at a machine price of 0).
@@ -121,7 +123,12 @@ export function checkInvariants(s: Snapshot, o: AuditOptions): Violation[] {
   }
   for (const row of s.unpublished) {
     const age = now - row.createdAt.getTime();
-    if (age > o.outboxMs) flag('OUTBOX_DRAINED', `${row.service} outbox row ${row.id} (${row.eventType}) unpublished for ${Math.round(age / 1000)} s`);
+    // The relay has given up on a parked row (and holds its task's later rows behind it): waiting
+    // longer never publishes it, only an operator's release does, so its age excuses nothing.
+    if (row.parkedAt) {
+      const why = row.failure ? `: ${row.failure.length > 200 ? `${row.failure.slice(0, 200)}…` : row.failure}` : '';
+      flag('OUTBOX_DRAINED', `${row.service} outbox row ${row.id} (${row.eventType}) parked by the relay at ${row.parkedAt.toISOString()}${why}; it is never published until an operator releases it (failed_at = NULL)`);
+    } else if (age > o.outboxMs) flag('OUTBOX_DRAINED', `${row.service} outbox row ${row.id} (${row.eventType}) unpublished for ${Math.round(age / 1000)} s`);
   }
   return violations;
 }
@@ -191,6 +198,27 @@ function checkRecordedEverywhere(s: Snapshot, t: Snapshot['tasks'][number], flag
   if (s.billingTasks && t.attempt > 1 && (billing?.latestAttempt ?? 1) < t.attempt) {
     flag('COMPENSATED', `billing-svc knows attempt ${billing?.latestAttempt ?? 1} of a task on attempt ${t.attempt}: a late approval of a superseded attempt would be charged`, ids);
   }
+}
+
+/**
+ * billing-svc books money for an attempt only on that attempt's QaPassed, and qa-svc approves only
+ * labels label-svc published: so money on the current attempt of a task task-svc has not completed
+ * yet (task-svc may simply be behind) is there only with the steps before it, qa-svc's passed review
+ * of the attempt and label-svc's live labels of it (whose author LEDGER_ATTRIBUTED matches against
+ * the payee). A refund is no such case: it comes with a cancel (a terminal task) or a reopen (a
+ * superseded attempt). And task-svc never takes a task back to `open` within an attempt, so an open
+ * task's attempt was never claimed, and nothing of it can have been billed, however far behind
+ * task-svc is.
+ */
+function checkBilledApproved(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag): void {
+  const review = s.reviews.find((r) => r.taskId === t.taskId && r.attempt === t.attempt);
+  const label = s.labels.find((l) => l.taskId === t.taskId && l.attempt === t.attempt);
+  const missing = [
+    ...(t.status === 'open' ? ['task-svc has never had the attempt claimed'] : []),
+    ...(review?.status === 'passed' ? [] : [`qa-svc's review of it is ${review?.status ?? 'missing'}, not passed`]),
+    ...(label?.status === 'submitted' || label?.status === 'accepted' ? [] : [`label-svc's labels of it are ${label?.status ?? 'missing'}`]),
+  ];
+  if (missing.length > 0) flag('BILLED_APPROVED', `${t.status} task's attempt ${t.attempt} is billed, yet ${missing.join('; ')}`, { taskId: t.taskId, projectId: t.projectId });
 }
 
 /**

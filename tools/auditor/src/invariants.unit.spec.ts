@@ -63,6 +63,28 @@ describe('the saga invariants', () => {
     expect(invariantsOf(inReview([debit, credit], 900, 100))).not.toContain('BILLED_ONCE');
   });
 
+  it("catch money paid on an open or assigned task's attempt that qa-svc never approved and label-svc holds no labels of, and accept a billing task-svc is only behind on", () => {
+    const s = healthy();
+    /** t1 on attempt 1 as `status`, billed whole (debit and credit of 100 to ann), with the given labels and review of attempt 1. */
+    const billedWhile = (status: string, labels: Snapshot['labels'], reviews: Snapshot['reviews']): Snapshot => ({ ...s, tasks: [{ ...s.tasks[0]!, status, leaseExpiresAt: status === 'assigned' ? ago(-3_600_000) : null }], labels, reviews });
+    const labels = [{ taskId: 't1', attempt: 1, status: 'submitted', annotatorId: 'ann' }];
+    const passed = [{ taskId: 't1', attempt: 1, status: 'passed', deadlineAt: null }];
+    expect(checkInvariants(billedWhile('open', [], []), options).map((v) => [v.invariant, v.detail])).toEqual([
+      ['BILLED_APPROVED', "open task's attempt 1 is billed, yet task-svc has never had the attempt claimed; qa-svc's review of it is missing, not passed; label-svc's labels of it are missing"],
+    ]);
+    expect(checkInvariants(billedWhile('assigned', [], []), options).map((v) => [v.invariant, v.detail])).toEqual([
+      ['BILLED_APPROVED', "assigned task's attempt 1 is billed, yet qa-svc's review of it is missing, not passed; label-svc's labels of it are missing"],
+    ]);
+    expect(invariantsOf(billedWhile('in_review', labels, [{ ...passed[0]!, status: 'pending' }]))).toEqual(['BILLED_APPROVED']);
+    expect(invariantsOf(billedWhile('labelled', [{ ...labels[0]!, status: 'rejected' }], passed))).toEqual(['BILLED_APPROVED']);
+    // Nothing before it is missing, so task-svc is only behind; only it cannot be behind into `open`.
+    expect(checkInvariants(billedWhile('assigned', labels, passed), options)).toEqual([]);
+    expect(checkInvariants(billedWhile('approved', [{ ...labels[0]!, status: 'accepted' }], passed), options)).toEqual([]);
+    expect(invariantsOf(billedWhile('open', labels, passed))).toEqual(['BILLED_APPROVED']);
+    // The labels name another annotator than the one paid: that is LEDGER_ATTRIBUTED's to say, once.
+    expect(invariantsOf(billedWhile('assigned', [{ ...labels[0]!, annotatorId: 'bob' }], passed))).toEqual(['LEDGER_ATTRIBUTED']);
+  });
+
   it('catch a budget that does not equal top-ups minus debits plus refunds', () => {
     expect(invariantsOf({ ...healthy(), projects: [{ projectId: P, pricePerTask: 100, balance: 950 }] })).toEqual(['BUDGET_BALANCE']);
   });
@@ -129,6 +151,15 @@ describe('the saga invariants', () => {
 
   it('catch an outbox row left unpublished beyond the bound', () => {
     expect(invariantsOf({ ...healthy(), unpublished: [{ service: 'qa-svc', id: '7', eventType: 'QaPassed', createdAt: ago(120_000) }] })).toEqual(['OUTBOX_DRAINED']);
+  });
+
+  it('catch an outbox row the relay parked however young it is, since nothing but an operator publishes it, and give a waiting one its bound', () => {
+    const young = { service: 'qa-svc', id: '8', eventType: 'QaPassed', createdAt: ago(2_000) };
+    expect(checkInvariants({ ...healthy(), unpublished: [{ ...young, parkedAt: null, failure: null }] }, options)).toEqual([]);
+    const parked = { ...young, parkedAt: ago(1_000), failure: 'too large for the topic (MESSAGE_TOO_LARGE)' };
+    expect(checkInvariants({ ...healthy(), unpublished: [parked] }, options).map((v) => [v.invariant, v.detail])).toEqual([
+      ['OUTBOX_DRAINED', `qa-svc outbox row 8 (QaPassed) parked by the relay at ${ago(1_000).toISOString()}: too large for the topic (MESSAGE_TOO_LARGE); it is never published until an operator releases it (failed_at = NULL)`],
+    ]);
   });
 
   it('catch payouts that do not equal credits minus reversals', () => {

@@ -21,7 +21,11 @@ export interface Snapshot {
   readonly ledger: readonly { projectId: string; taskId: string | null; attempt: number | null; kind: string; annotatorId: string | null; amount: number }[];
   /** One row per annotator and currency (a snapshot without currencies counts every payout in one). */
   readonly payouts: readonly { annotatorId: string; currency?: string; balance: number }[];
-  readonly unpublished: readonly { service: string; id: string; eventType: string; createdAt: Date }[];
+  /**
+   * Outbox rows not published: waiting for the relay, or parked by it (`parkedAt`, the row's
+   * `failed_at`, with its `failure`), which only an operator's release publishes.
+   */
+  readonly unpublished: readonly { service: string; id: string; eventType: string; createdAt: Date; parkedAt?: Date | null; failure?: string | null }[];
 }
 
 /** pg's `query`: a `pg.Client`, a `pg.PoolClient` and a `pg.Pool` all have it. */
@@ -155,9 +159,9 @@ export async function takeSnapshot(src: Sources): Promise<Snapshot> {
 /** Each database's reads run one after the other on its connection; the databases in parallel. */
 async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
   const outbox = (service: Service) =>
-    of(service)<{ id: string; event_type: string; created_at: Date }>(`SELECT o.id, o.event_type, o.created_at FROM outbox_pending p CROSS JOIN LATERAL (SELECT * FROM outbox WHERE outbox.id = p.id OFFSET 0) o
-       UNION ALL SELECT id, event_type, created_at FROM outbox WHERE failed_at IS NOT NULL`).then((r) =>
-      r.map((o) => ({ service: `${service}-svc`, id: o.id, eventType: o.event_type, createdAt: o.created_at })),
+    of(service)<{ id: string; event_type: string; created_at: Date; failed_at: Date | null; failure: string | null }>(`SELECT o.id, o.event_type, o.created_at, o.failed_at, o.failure FROM outbox_pending p CROSS JOIN LATERAL (SELECT * FROM outbox WHERE outbox.id = p.id OFFSET 0) o
+       UNION ALL SELECT id, event_type, created_at, failed_at, failure FROM outbox WHERE failed_at IS NOT NULL`).then((r) =>
+      r.map((o) => ({ service: `${service}-svc`, id: o.id, eventType: o.event_type, createdAt: o.created_at, parkedAt: o.failed_at, failure: o.failure })),
     );
   const [task, label, qa, billing] = await Promise.all([
     (async () => {

@@ -1,6 +1,6 @@
 import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
-import { deadLetterTopicsOf, runAudit, type AuditReport, type Sources } from '@labelflow/auditor';
+import { deadLetterTopicsOf, guardedPool, runAudit, type AuditReport, type Sources } from '@labelflow/auditor';
 import { topicName, topicOf, type EventType, type ServiceName, type TopicKey } from '@labelflow/contracts';
 import { serviceOrder } from './schedule';
 
@@ -46,8 +46,7 @@ async function inSnapshots<T>(databases: Readonly<Record<ServiceName, string>>, 
 export async function auditSnapshot(databases: Readonly<Record<ServiceName, string>>, kafkaBrokers: string, prefix: string): Promise<AuditReport> {
   const pools = {} as Record<ServiceName, pg.Pool>;
   for (const name of serviceOrder) {
-    pools[name] = new pg.Pool({ connectionString: databases[name], max: 2, connectionTimeoutMillis: 10_000 });
-    pools[name].on('error', () => undefined);
+    pools[name] = guardedPool({ connectionString: databases[name], max: 2, connectionTimeoutMillis: 10_000 }, () => undefined);
   }
   try {
     const sources: Sources = { task: pools['task-svc'], label: pools['label-svc'], qa: pools['qa-svc'], billing: pools['billing-svc'] };

@@ -1,4 +1,4 @@
-import { inject, type FaultContext, type InjectedFault } from './faults';
+import { CUT_SHORT, inject, type FaultContext, type InjectedFault } from './faults';
 import { within } from './harness';
 import { describeFault, type PlannedFault } from './schedule';
 
@@ -55,9 +55,10 @@ export interface FaultRunnerDeps {
 export async function runFaults(deps: FaultRunnerDeps): Promise<void> {
   const { planned, progress, context, say, signal, faults } = deps;
   const sup = context.supervisor;
+  const closing = () => progress.closing || signal?.aborted === true || context.closing?.aborted === true;
   for (const f of planned) {
-    while (progress.done < f.atTasks && !progress.over && !progress.closing) await progress.next();
-    if (progress.closing || signal?.aborted) return;
+    while (progress.done < f.atTasks && !progress.over && !closing()) await progress.next();
+    if (closing()) return;
     const label = `#${f.n} ${describeFault(f)}`;
     deps.setCurrentFault(label);
     const tasksDone = progress.done;
@@ -73,10 +74,46 @@ export async function runFaults(deps: FaultRunnerDeps): Promise<void> {
       deps.harnessErrors.push(`fault ${label} could not be carried out: ${error}`);
     }
     const outageMs = Date.now() - started;
+    if (context.closing?.aborted) {
+      // The cleanup is waiting for this runner to stop the servers: nothing recovers now.
+      deps.setCurrentFault(undefined);
+      faults.push({ ...f, startedAt: new Date(started).toISOString(), tasksDone, afterLoad, outageMs, recoveryMs: 0, recovered: false, note: note ?? CUT_SHORT, ...(error ? { error } : {}) });
+      say(`[fault ${f.n}/${planned.length}] cut short by the cleanup after ${(outageMs / 1000).toFixed(1)} s`);
+      return;
+    }
     deps.setCurrentFault(`${label} (recovering)`);
-    const recovery = await sup.recovered();
+    const recovery = await sup.recovered(context.closing);
     deps.setCurrentFault(undefined);
     faults.push({ ...f, startedAt: new Date(started).toISOString(), tasksDone, afterLoad, outageMs, recoveryMs: recovery.ms, recovered: recovery.ok, ...(note ? { note } : {}), ...(error ? { error } : {}) });
     say(`[fault ${f.n}/${planned.length}] ${error ? `FAILED: ${error}` : 'done'}: outage ${(outageMs / 1000).toFixed(1)} s, every service ready ${(recovery.ms / 1000).toFixed(1)} s later${note ? ` (${note})` : ''}${recovery.ok ? '' : ' — NOT RECOVERED'}`);
   }
+}
+
+/** The fault schedule under way, and the one way to end it early. */
+export interface FaultRunner {
+  /** Resolves once every planned fault is done and recovered from, or the runner stopped. */
+  readonly done: Promise<void>;
+  /**
+   * Ends the fault under way and waits for the runner to stop, at most `boundMs` (then it says so
+   * and resolves). From this call on no fault starts a server again: the cleanup that calls it
+   * removes the servers next, and a server started after that would be left running.
+   */
+  stop(boundMs: number): Promise<void>;
+}
+
+/** Starts `runFaults`; the run's cleanup calls `stop` before it touches a server or a service. */
+export function startFaults(deps: FaultRunnerDeps): FaultRunner {
+  const closing = new AbortController();
+  const done = runFaults({ ...deps, context: { ...deps.context, closing: closing.signal } }).catch((e: Error) => {
+    deps.harnessErrors.push(`the fault runner failed: ${e.message}`);
+  });
+  return {
+    done,
+    async stop(boundMs) {
+      closing.abort();
+      // Wakes a runner waiting for the load to reach its next fault.
+      deps.progress.tick();
+      await within(boundMs, 'stopping the fault under way', done).catch((e: Error) => deps.say(`!!! ${e.message}; cleaning up anyway`));
+    },
+  };
 }

@@ -4,7 +4,22 @@ import { join } from 'node:path';
 import { repoRoot } from '@labelflow/testing';
 import { serviceOrder } from './schedule';
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Waits `ms`, or less once `signal` aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) {
+      resolve();
+      return;
+    }
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
 
 /** The run was cut short (Ctrl-C, the time bound): not a failure of the services. */
 export class Aborted extends Error {}

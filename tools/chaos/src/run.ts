@@ -4,7 +4,7 @@ import type { ServiceName } from '@labelflow/contracts';
 import { adminOf, devSigner, runProduction, type ProductionSummary } from '@labelflow/producer';
 import { repoRoot, startStack, type TestStack } from '@labelflow/testing';
 import { auditSettled, lostEventsSettled } from './after-load';
-import { createLoadProgress, runFaults } from './fault-runner';
+import { createLoadProgress, startFaults, type FaultRunner } from './fault-runner';
 import type { InjectedFault } from './faults';
 import { abortion, Aborted, bundleHashes, stopwatch, within } from './harness';
 import { startPrivateInfra, type PrivateInfra } from './infra';
@@ -15,6 +15,13 @@ import { formatSchedule, planFaults, serviceOrder } from './schedule';
 import { Supervisor } from './supervisor';
 
 const run = promisify(execFile);
+
+/**
+ * How long the cleanup waits for the fault under way to end before it removes the servers anyway.
+ * A cut-short fault ends at once unless a server's stop or start is already running, which takes
+ * seconds; the bound only keeps a hung one from holding up the cleanup.
+ */
+const FAULT_STOP_MS = 120_000;
 
 export interface ChaosHooks {
   /** One progress line (faults, tenths of the load, phases). */
@@ -65,6 +72,7 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
   let lost: ChaosResult['lost'];
   let lostError: string | undefined;
   let currentFault: string | undefined;
+  let faultRunner: FaultRunner | undefined;
   let hashes: Record<string, string> = {};
   const progress = createLoadProgress();
 
@@ -146,7 +154,7 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
     const faultClock = stopwatch();
 
     say(`load: ${o.tasks} tasks, concurrency ${o.concurrency}, duplicates ${o.duplicates}, rates reject ${o.rates.reject} billing-fail ${o.rates.billingFail} qa-timeout ${o.rates.qaTimeout} cancel ${o.rates.cancel}, deadline ${Math.round(loadBudget / 1000)} s plus the time faults are under way`);
-    const faultsDone = runFaults({
+    faultRunner = startFaults({
       planned,
       tasks: o.tasks,
       recoveryMs: o.recoveryMs,
@@ -195,7 +203,8 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
     });
     say(`load done in ${(summary.durationMs / 1000).toFixed(1)} s: ${Object.entries(summary.byOutcome).map(([k, v]) => `${k} ${v}`).join(', ')}; unexpected ${summary.unexpected.length}`);
     if (faults.length < planned.length) say(`  ${planned.length - faults.length} faults still to come after the load`);
-    await phase('remaining faults', () => faultsDone);
+    const runner = faultRunner;
+    await phase('remaining faults', () => runner.done);
     const late = faults.filter((f) => f.afterLoad).length;
     if (late > 0) notes.push(`${late} faults came after the load had ended (the load was faster than the schedule); more tasks spread them over the load`);
 
@@ -228,6 +237,9 @@ export async function runChaos(o: ChaosOptions, hooks: ChaosHooks): Promise<Chao
     progress.tick();
     say('cleaning up: services, proxies, private Kafka, PostgreSQL and Redis ...');
     const cleanup = async () => {
+      // First the fault under way, which may be about to start a server again: after this nothing
+      // does, so what is removed below stays removed.
+      await faultRunner?.stop(FAULT_STOP_MS);
       await Promise.allSettled(Object.values(proxies).map((p) => p.close()));
       await supervisor?.stopAll();
       // Aborted while the services were starting: startStack kills what it started if it fails, else we do.

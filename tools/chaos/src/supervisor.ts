@@ -2,6 +2,7 @@ import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import type { ServiceName } from '@labelflow/contracts';
 import { metricValue, type ServiceProcess, type TestStack } from '@labelflow/testing';
+import { sleep } from './harness';
 import { serviceOrder } from './schedule';
 
 /** Something the services did that they must not: exit by themselves, not come back, not recover. */
@@ -15,7 +16,6 @@ export interface Finding {
   readonly log?: string;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function within<T>(ms: number, work: Promise<T>): Promise<T | 'timeout'> {
   let timer: NodeJS.Timeout | undefined;
@@ -147,13 +147,13 @@ export class Supervisor {
     return this.restart(name);
   }
 
-  /** SIGSTOP for `ms`, then SIGCONT. */
-  async pause(name: ServiceName, ms: number): Promise<void> {
+  /** SIGSTOP for `ms` (less once `until` aborts), then SIGCONT. */
+  async pause(name: ServiceName, ms: number, until?: AbortSignal): Promise<void> {
     const proc = this.o.stack.processes[name];
     proc.child.kill('SIGSTOP');
     this.paused.add(proc);
     try {
-      await sleep(ms);
+      await sleep(ms, until);
     } finally {
       proc.child.kill('SIGCONT');
       this.paused.delete(proc);
@@ -181,10 +181,12 @@ export class Supervisor {
    * Waits until every service is ready again; resolves with how long that took. A service that is
    * not ready after `recoveryMs` is a finding (it did not recover on its own).
    */
-  async recovered(): Promise<{ readonly ms: number; readonly ok: boolean }> {
+  async recovered(until?: AbortSignal): Promise<{ readonly ms: number; readonly ok: boolean }> {
     const started = Date.now();
     let reasons: string[] = [];
     while (Date.now() - started < this.o.recoveryMs) {
+      // The run is being torn down: nothing is waited for any more, and that is no finding.
+      if (until?.aborted) return { ms: Date.now() - started, ok: false };
       await Promise.all([...this.restarting]);
       reasons = (await Promise.all(serviceOrder.map(async (n) => [n, await this.notReady(n)] as const))).filter(([, r]) => r !== undefined).map(([n, r]) => `${n}: ${r}`);
       if (reasons.length === 0) return { ms: Date.now() - started, ok: true };

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IHeaders, Kafka } from 'kafkajs';
+import { hasJsonStringLongerThan, V8_LENGTH_HASHED_STRING } from '@labelflow/plumbing';
 
 /** What the consumer loop writes on every dead letter (libs/messaging/src/dead-letter.ts). */
 export const DlqHeaders = {
@@ -183,23 +184,83 @@ export type ReplayResult =
 const unreadable = (letter: DeadLetter): boolean => letter.code === 'MESSAGING_DECODE_FAILED' && /^(value is not JSON|empty message value)/.test(letter.reason);
 
 /**
+ * The event id of a letter's value (every labelflow event has one), or none: a value that is not a
+ * JSON object with an `id`, or one of overlong strings (parsing those is what json-guard is for).
+ */
+function eventIdOf(value: Buffer | null): string | undefined {
+  if (!value || hasJsonStringLongerThan(value, V8_LENGTH_HASHED_STRING)) return undefined;
+  try {
+    const id: unknown = (JSON.parse(value.toString('utf8')) as { id?: unknown } | null)?.id;
+    return typeof id === 'string' && id !== '' ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * For each letter, the letter that stands for the message it carries: the newest one (in the
+ * topic's order) of every letter of that message. Two letters carry one message when they share
+ * source coordinates (the consumer read the offset again before its commit) or the event id on one
+ * source topic: when two services dead-letter one message, replaying the other service's letter
+ * brings this consumer a copy (new coordinates, same event) that it may dead-letter again, and a
+ * relay's or the duplicator's second delivery is the same event too.
+ */
+function standIns(letters: readonly DeadLetter[]): Map<string, DeadLetter> {
+  const parent = letters.map((_, i) => i);
+  const root = (i: number): number => {
+    const up = parent[i] ?? i;
+    if (up === i) return i;
+    const top = root(up);
+    parent[i] = top;
+    return top;
+  };
+  const firstWith = new Map<string, number>();
+  letters.forEach((letter, i) => {
+    if (!letter.source) return;
+    const id = eventIdOf(letter.value);
+    const { topic, partition, offset } = letter.source;
+    for (const key of [`at ${topic} ${partition}:${offset}`, ...(id === undefined ? [] : [`event ${topic} ${id}`])]) {
+      const j = firstWith.get(key);
+      if (j === undefined) firstWith.set(key, i);
+      else parent[root(i)] = root(j);
+    }
+  });
+  const later = (a: DeadLetter, b: DeadLetter) => a.partition - b.partition || Number(BigInt(a.offset) - BigInt(b.offset));
+  const newest = new Map<number, DeadLetter>();
+  letters.forEach((letter, i) => {
+    const was = newest.get(root(i));
+    if (!was || later(letter, was) > 0) newest.set(root(i), letter);
+  });
+  return new Map(letters.map((letter, i) => [letter.id, newest.get(root(i)) ?? letter]));
+}
+
+/**
  * Which letters a replay sends, and why it leaves out the others:
  * - a letter without usable source coordinates (not written by a labelflow consumer, or garbled);
  * - a letter whose bytes are not an event (empty, not JSON): the same bytes fail again, and every
  *   consumer of the source topic dead-letters another copy;
  * - a letter that was replayed before and failed again: the newer letter (its `replayedFrom` names
- *   this one) stands for it, so a repeated `replay --all` sends the message once, not once per try.
- *   `topic` is every letter of the topic, so that a newer letter left out of the selection (another
- *   code) still stands for the one selected.
+ *   this one) stands for it, so a repeated `replay --all` sends the message once, not once per try;
+ * - a letter of a message a newer letter also carries (`standIns`): the same source coordinates,
+ *   or the same event from the same topic, such as the copy that replaying another service's
+ *   letter of it brought to this consumer, which failed here again. One send reaches every
+ *   consumer of the topic, so the message goes once, through the newest of its letters.
+ * `topic` is every letter of the topic, so that a newer letter left out of the selection (another
+ * code) still stands for the one selected.
  */
 export function planReplay(dlqTopic: string, letters: readonly DeadLetter[], topic: readonly DeadLetter[] = letters): { readonly send: readonly DeadLetter[]; readonly refused: readonly ReplayResult[] } {
   const retried = new Set(topic.flatMap((l) => (l.replayedFrom ? [l.replayedFrom] : [])));
+  const sendable = (l: DeadLetter) => l.source !== null && !unreadable(l) && !retried.has(`${dlqTopic}:${l.id}`);
+  const listed = new Set(topic.map((l) => l.id));
+  const standIn = standIns([...topic, ...letters.filter((l) => !listed.has(l.id))].filter(sendable));
   const send: DeadLetter[] = [];
   const refused: ReplayResult[] = [];
   for (const letter of letters) {
+    const by = standIn.get(letter.id);
     if (!letter.source) refused.push({ id: letter.id, ok: false, reason: 'no usable dlq-source-topic, -partition and -offset headers: not written by a labelflow consumer' });
     else if (unreadable(letter)) refused.push({ id: letter.id, ok: false, skipped: true, reason: `${letter.code}: its bytes are not an event, and a replay would fail the same way in every consumer of ${letter.source.topic}` });
     else if (retried.has(`${dlqTopic}:${letter.id}`)) refused.push({ id: letter.id, ok: false, skipped: true, reason: 'replayed before and dead-lettered again: the newer letter stands for it' });
+    else if (by && by.id !== letter.id) refused.push({ id: letter.id, ok: false, skipped: true, reason: `the newer letter ${by.id} carries the same message from ${letter.source.topic} and stands for it: a replay sends each message once` });
     else send.push(letter);
   }
   return { send, refused };

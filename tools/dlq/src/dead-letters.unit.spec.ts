@@ -49,6 +49,25 @@ describe('a replay, planned', () => {
     expect(planReplay(dlq, [buggy]).send).toEqual([buggy]);
   });
 
+  it("sends a message once when this consumer dead-lettered it again on its way back from a replay of another service's letter", () => {
+    const taskDlq = 'lf.task-svc.dlq';
+    const first = letterAt(1);
+    const again = letterAt(2, { 'dlq-source-offset': '41', 'dlq-replayed-from': `${dlq}:0:5` });
+    const { send, refused } = planReplay(taskDlq, [first, again]);
+    expect(send.map((l) => l.id)).toEqual(['0:2']);
+    expect(refused).toEqual([{ id: '0:1', ok: false, skipped: true, reason: 'the newer letter 0:2 carries the same message from lf.qa-events and stands for it: a replay sends each message once' }]);
+  });
+
+  it('knows a message by its event id when the copy it came back as has coordinates of its own, and keeps other events apart', () => {
+    const as = (offset: number, id: string, headers: Record<string, string> = {}) => ({ ...letterAt(offset, headers), value: Buffer.from(JSON.stringify({ id, type: 'LabelSubmitted' })) });
+    const original = as(1, '7000000000000000101');
+    const other = as(2, '7000000000000000102');
+    const copy = as(3, '7000000000000000101', { 'dlq-replayed-from': `${dlq}:0:9` });
+    expect(planReplay('lf.task-svc.dlq', [original, other, copy]).send.map((l) => l.id)).toEqual(['0:2', '0:3']);
+    // The newer letter stands for the older one even when another code left it out of the selection.
+    expect(planReplay('lf.task-svc.dlq', [original], [original, other, copy]).send).toEqual([]);
+  });
+
   it('leaves out a letter a newer one replays, though the newer one is not selected (another code)', () => {
     const original = letterAt(1);
     const again = letterAt(7, { 'dlq-replayed-from': `${dlq}:0:1`, 'dlq-error-code': 'MESSAGING_SCHEMA_INVALID' });

@@ -27,7 +27,15 @@ function progressBar(t0: number, unit: string) {
 }
 
 async function audit(o: ProduceOptions): Promise<AuditReport> {
-  return auditRun({ pgUrl: o.pgUrl, dbSuffix: o.dbSuffix, kafkaBrokers: o.kafkaBrokers, kafkaSecurity: o.kafkaSecurity, prefix: o.prefix, env: process.env });
+  return auditRun({
+    pgUrl: o.pgUrl,
+    dbSuffix: o.dbSuffix,
+    kafkaBrokers: o.kafkaBrokers,
+    kafkaSecurity: o.kafkaSecurity,
+    prefix: o.prefix,
+    env: process.env,
+    onPoolError: (db, e) => console.error(`note: a connection to ${db} failed during the audit: ${e.message}`),
+  });
 }
 
 async function sagas(o: ProduceOptions): Promise<boolean> {

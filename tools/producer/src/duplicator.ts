@@ -1,5 +1,6 @@
 import { Kafka, logLevel, type Message, type Producer } from 'kafkajs';
 import { fixKafkajsIdleLoop, kafkajsSecurity, type KafkaSecurity } from '@labelflow/messaging';
+import { seededRandom } from './random';
 
 export interface Duplicator {
   readonly duplicated: () => number;
@@ -22,8 +23,7 @@ export async function startDuplicator({ brokers, security, topics, rate, seed = 
   const producer: Producer = kafka.producer();
   let count = 0;
   const byType: Record<string, number> = {};
-  let state = seed;
-  const random = () => ((state = (state * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
+  const random = seededRandom(seed);
   await Promise.all([consumer.connect(), producer.connect()]);
   // Listen before run(): the join can complete before run() returns, and a missed join would hang.
   // Duplicates of the very first events must not be missed, so production starts after it.

@@ -2,4 +2,4 @@ export * from './run';
 export * from './scenarios';
 export * from './identity';
 export { client, errorCode, type Call, type ClientOptions, type Reply } from './http';
-export { seededRandom } from './ndjson';
+export { seededRandom, taskRandom } from './random';

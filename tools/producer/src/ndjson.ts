@@ -1,6 +1,7 @@
 // A synthetic import file: N NDJSON lines generated on the fly, with an exact share of repeated lines
 // and of bad lines, in an order fixed by the seed. Nothing of the file is kept in memory: a line is
 // a pure function of its item number, so a repeat regenerates an earlier item instead of storing it.
+import { seededRandom } from './random';
 
 /** What one line of an import file is: a task with its business key. */
 export interface ImportLine {
@@ -45,18 +46,6 @@ export function planImportFile({ lines, repeat, bad }: Pick<ImportFileOptions, '
   if (distinct < 1 && repeats > 0) throw new RangeError(`repeat ${repeat} and bad ${bad} leave no valid line to repeat in ${lines} lines`);
   if (distinct < 0) throw new RangeError(`repeat ${repeat} + bad ${bad} exceed the ${lines} lines`);
   return { lines, distinct, repeats, bad: badLines };
-}
-
-/** mulberry32: small, seeded, so a file can be generated again identically (a re-upload). */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Item `i` of a run: the same object whenever it is asked for, so a repeat is byte-identical. */

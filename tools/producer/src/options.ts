@@ -61,8 +61,8 @@ export const usage =
   'usage: npm run produce -- [--tasks N] [--concurrency C] [--annotators A] [--reviewers V] [--managers M] [--price P] [--reject R] [--billing-fail R] [--qa-timeout R] [--cancel R]\n' +
   '                          [--duplicates R] [--seed S] [--timeout-s T] [--wait-s W] [--no-audit] [--task-url U] [--label-url U] [--qa-url U] [--billing-url U]\n' +
   '                          [--kafka-brokers B] [--prefix P] [--pg-url U] [--db-suffix S] [--signing-key-file F] [--issuer I] [--audience A]\n' +
-  '       npm run produce -- --import N [--repeat 0.2] [--bad 0] [--reupload] [--prelabels R [--duplicates R] [--annotators A] [--concurrency C]] [--seed S] [--timeout-s T]\n' +
-  '                          [--no-audit] [--task-url U] [--label-url U] [--billing-url U] [--kafka-brokers B] [--prefix P] [--pg-url U] [--db-suffix S] [--signing-key-file F] [--issuer I] [--audience A]\n' +
+  '       npm run produce -- --import N [--repeat 0.2] [--bad 0] [--reupload] [--prelabels R [--duplicates R] [--annotators A] [--concurrency C] [--timeout-s T] [--label-url U]] [--seed S] [--price P]\n' +
+  '                          [--no-audit] [--task-url U] [--billing-url U] [--kafka-brokers B] [--prefix P] [--pg-url U] [--db-suffix S] [--signing-key-file F] [--issuer I] [--audience A]\n' +
   'Tokens are signed with the local development key (--signing-key-file, default $LABELFLOW_SIGNING_KEY_FILE or .local/auth/dev-signing-key.json), the one npm start configures the services with.';
 
 const spec = {
@@ -152,7 +152,9 @@ export function parseProduceArgs(argv: readonly string[], env: Readonly<Record<s
   };
 
   const importing = given('import');
-  const sagaOnly = (['tasks', 'reject', 'billing-fail', 'qa-timeout', 'cancel', 'reviewers', 'wait-s'] as const).filter(given);
+  // An option that would be taken and then do nothing is refused, saying why: a run that ignores
+  // what it was told is not the run that was asked for.
+  const sagaOnly = (['tasks', 'reject', 'billing-fail', 'qa-timeout', 'cancel', 'reviewers', 'managers', 'wait-s', 'qa-url'] as const).filter(given);
   if (importing && sagaOnly.length > 0) {
     throw new UsageError(`--import uploads a file of tasks and drives no sagas: leave out ${sagaOnly.map((n) => `--${n}`).join(', ')}`);
   }
@@ -183,6 +185,12 @@ export function parseProduceArgs(argv: readonly string[], env: Readonly<Record<s
   const prelabels = fraction('prelabels', 0);
   // Saga tasks are finished by the end of their run: proposals are for tasks that wait for people.
   if (prelabels > 0 && !importing) throw new UsageError('--prelabels proposes labels for the tasks of an import: it needs --import N');
+  // Of an import, only its pre-labels are claimed (by the annotators, so many at a time, each within
+  // the timeout) and read back from label-svc; the upload itself uses none of these.
+  const prelabelOnly = (['annotators', 'concurrency', 'duplicates', 'timeout-s', 'label-url'] as const).filter(given);
+  if (importing && prelabels === 0 && prelabelOnly.length > 0) {
+    throw new UsageError(`with --import, ${prelabelOnly.map((n) => `--${n}`).join(', ')} only act on the pre-labels (the annotators claim the proposed tasks, label-svc lists them): add --prelabels R, or leave them out`);
+  }
 
   return {
     help: false,

@@ -62,8 +62,19 @@ describe('the produce command line', () => {
 
   it('refuses saga options next to --import, and import options without it', () => {
     expect(refusal(['--import', '10', '--tasks', '5', '--reject', '0.1'])).toBe('--import uploads a file of tasks and drives no sagas: leave out --tasks, --reject');
-    expect(parse(['--import', '10', '--annotators', '3', '--concurrency', '4'])).toMatchObject({ annotators: 3, concurrency: 4 });
+    expect(parse(['--import', '10', '--prelabels', '0.5', '--annotators', '3', '--concurrency', '4'])).toMatchObject({ annotators: 3, concurrency: 4 });
     expect(refusal(['--repeat', '0.1', '--reupload'])).toBe('--repeat, --reupload only apply to --import N');
+  });
+
+  it('refuses every option an import would take and ignore, as it refuses --reviewers, saying why', () => {
+    expect(refusal(['--import', '10', '--managers', '2', '--qa-url', 'http://127.0.0.1:3203'])).toBe('--import uploads a file of tasks and drives no sagas: leave out --managers, --qa-url');
+    expect(refusal(['--import', '10', '--concurrency', '4', '--duplicates', '0.3'])).toBe(
+      'with --import, --concurrency, --duplicates only act on the pre-labels (the annotators claim the proposed tasks, label-svc lists them): add --prelabels R, or leave them out',
+    );
+    expect(refusal(['--import', '10', '--prelabels', '0', '--annotators', '3', '--timeout-s', '60', '--label-url', 'http://127.0.0.1:3202'])).toMatch(/^with --import, --annotators, --timeout-s, --label-url only act on the pre-labels/);
+    expect(parse(['--import', '10', '--prelabels', '0.2', '--duplicates', '0.3', '--timeout-s', '60', '--label-url', 'http://127.0.0.1:3202', '--price', '20', '--seed', '7'])).toMatchObject({ duplicates: 0.3, timeoutMs: 60_000, price: 20, seed: 7 });
+    // In a saga run each of them does something.
+    expect(parse(['--managers', '2', '--qa-url', 'http://127.0.0.1:3203', '--concurrency', '4', '--duplicates', '0.3'])).toMatchObject({ managers: 2, concurrency: 4, duplicates: 0.3 });
   });
 
   it('refuses a pre-label share outside [0, 1], or without an import to propose labels for', () => {

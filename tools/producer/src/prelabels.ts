@@ -9,7 +9,7 @@ import { buildPrelabelProposed, inputTopicName, prelabelMessage } from '@labelfl
 import { client, errorCode, type Call } from './http';
 import type { Actor } from './identity';
 import type { KafkaTarget } from './kafka-target';
-import { seededRandom } from './ndjson';
+import { seededRandom } from './random';
 
 export interface PrelabelRunOptions {
   readonly urls: { readonly task: string; readonly label: string };

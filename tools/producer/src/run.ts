@@ -1,7 +1,8 @@
 import { startDuplicator } from './duplicator';
-import { client } from './http';
+import { client, type Call, type ClientOptions } from './http';
 import type { KafkaTarget } from './kafka-target';
 import { adminOf, castFor, DEFAULT_MANAGERS, DEFAULT_REVIEWERS, devSigner, type Actor, type Signer } from './identity';
+import { taskRandom } from './random';
 import { expectedOutcome, runScenario, Scenario, type ScenarioContext, type Services, type Step, type StepTally, type TaskRun } from './scenarios';
 
 export interface ProductionOptions {
@@ -38,8 +39,11 @@ export interface ProductionOptions {
   readonly deadlineExtensionMs?: () => number;
   /** `Prefer: wait` in seconds for "not yet" answers and status waits (default 10); 0 polls instead. */
   readonly waitS?: number;
+  /** Each task's scenario and choices within it (a cancel's stage) follow from this and its index alone. */
   readonly seed: number;
   readonly onProgress?: (done: number, total: number) => void;
+  /** Sends the requests: the HTTP client by default (a test gives a fake). */
+  readonly client?: (baseUrl: string, options: ClientOptions) => Call;
 }
 
 export interface ProductionSummary {
@@ -69,24 +73,25 @@ export const signingHint = 'by default the local development key, $LABELFLOW_SIG
 
 const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? 0;
 
-/** Deterministic per seed, so a failing mix can be replayed exactly. */
-export function pickScenarios(n: number, rates: ProductionOptions['rates'], seed: number): Scenario[] {
-  let state = seed;
-  const random = () => ((state = (state * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
+/** A task's scenario from its generator's first draw: the rates cut [0, 1) in turn, the rest is happy. */
+export function pickScenario(random: () => number, rates: ProductionOptions['rates']): Scenario {
   const cut = [
     [rates.reject, Scenario.reject],
     [rates.billingFail, Scenario.billingFail],
     [rates.qaTimeout, Scenario.qaTimeout],
     [rates.cancel, Scenario.cancel],
   ] as const;
-  return Array.from({ length: n }, () => {
-    let x = random();
-    for (const [rate, scenario] of cut) {
-      if (x < rate) return scenario;
-      x -= rate;
-    }
-    return Scenario.happy;
-  });
+  let x = random();
+  for (const [rate, scenario] of cut) {
+    if (x < rate) return scenario;
+    x -= rate;
+  }
+  return Scenario.happy;
+}
+
+/** The scenarios of tasks 0 … n-1 as `runProduction` picks them: deterministic per seed, so a failing mix can be replayed exactly. */
+export function pickScenarios(n: number, rates: ProductionOptions['rates'], seed: number): Scenario[] {
+  return Array.from({ length: n }, (_, i) => pickScenario(taskRandom(seed, i), rates));
 }
 
 /** Drives `tasks` tasks through their scenarios with `concurrency` workers and summarises. */
@@ -100,11 +105,11 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
   // A long poll lasts up to waitS: the request timeout must outlast it, or each one is cut and retried.
   const services = (actor: Actor, onRequest?: () => void): Services => {
     const options = { timeoutMs: waitS * 1000 + 10_000, authorization: actor.authorization, onRequest, onRateLimited: () => rateLimited++, onUnavailable: () => unavailable++ };
-    return { task: client(o.urls.task, options), label: client(o.urls.label, options), qa: client(o.urls.qa, options), billing: client(o.urls.billing, options) };
+    const call = o.client ?? client;
+    return { task: call(o.urls.task, options), label: call(o.urls.label, options), qa: call(o.urls.qa, options), billing: call(o.urls.billing, options) };
   };
   const signer = o.signer ?? (await devSigner());
   const admin = adminOf(signer);
-  const scenarios = pickScenarios(o.tasks, o.rates, o.seed);
   const create = async (budget: number) => {
     const res = await services(admin).billing<{ projectId: string }>('POST', '/projects', { name: `produce ${new Date().toISOString()}`, budget, pricePerTask: o.price });
     if (res.status === 401) throw new Error(`cannot create a project: the services refuse the producer's token (${JSON.stringify(res.body)}); they must trust the key it signs with (${signingHint})`);
@@ -118,7 +123,6 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
     o.duplicates > 0 && o.kafka
       ? await startDuplicator({ brokers: o.kafka.brokers, ...(o.kafka.security ? { security: o.kafka.security } : {}), topics: ['task', 'label', 'qa', 'billing'].map((t) => `${o.kafka?.topicPrefix}.${t}-events`), rate: o.duplicates, seed: o.seed })
       : undefined;
-  let state = o.seed ^ 0x5bd1e995;
   const deadlineAt = Date.now() + (o.runTimeoutMs ?? o.timeoutMs);
   // The run's own deadline; each task runs under one of its own (below), never past this one when
   // the caller bounds the run.
@@ -131,7 +135,11 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
     get deadline() {
       return deadlineAt + (o.deadlineExtensionMs?.() ?? 0);
     },
-    random: () => ((state = (state * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31),
+    // Replaced per task (below): a generator shared by the workers would be drawn in the order
+    // the tasks happen to reach their choices, which differs from run to run.
+    random: () => {
+      throw new Error('a task draws from its own generator (taskRandom)');
+    },
   };
   const started = Date.now();
   const runs: TaskRun[] = [];
@@ -141,8 +149,11 @@ export async function runProduction(o: ProductionOptions): Promise<ProductionSum
       Array.from({ length: Math.min(o.concurrency, o.tasks) }, async () => {
         while (next < o.tasks) {
           const i = next++;
-          const task = withTaskDeadline(ctx, { startMs: Date.now(), timeoutMs: o.timeoutMs, ...(o.deadlineExtensionMs ? { extensionMs: o.deadlineExtensionMs } : {}), ...(o.runTimeoutMs === undefined ? {} : { runDeadline: () => ctx.deadline }) });
-          runs.push(await runScenario(task, scenarios[i] ?? Scenario.happy, i));
+          // The first draw picks the scenario, the later ones the choices within it.
+          const random = taskRandom(o.seed, i);
+          const scenario = pickScenario(random, o.rates);
+          const task = withTaskDeadline({ ...ctx, random }, { startMs: Date.now(), timeoutMs: o.timeoutMs, ...(o.deadlineExtensionMs ? { extensionMs: o.deadlineExtensionMs } : {}), ...(o.runTimeoutMs === undefined ? {} : { runDeadline: () => ctx.deadline }) });
+          runs.push(await runScenario(task, scenario, i));
           o.onProgress?.(runs.length, o.tasks);
         }
       }),

@@ -1,48 +1,40 @@
 // npm run token -- --user U --role R [--project P]
 // Prints a bearer token signed with the local development key (created on first use), the token
 // alone on the last line of stdout. `--role admin` is a platform admin (no project); any other role
-// is held in the one project named by --project.
-import { parseArgs } from 'node:util';
-import { ActorName, ProjectId } from '@labelflow/contracts';
-import { DEV_AUDIENCE, DEV_ISSUER, devKeyFile, issueToken, loadOrCreateDevKey, ProjectRole } from '@labelflow/auth';
+// is held in the one project named by --project. Issuer and audience: AUTH_ISSUER and AUTH_AUDIENCE,
+// as the services verify them.
+import { issueToken, loadOrCreateDevKey } from '@labelflow/auth';
+import { parseTokenArgs, TokenUsageError, tokenUsage, type TokenOptions } from './options';
 
-const USAGE = 'usage: npm run token -- --user <name> --role <admin|owner|manager|reviewer|annotator> [--project <project uuid>]';
 /** Long enough for a working day of trying things out; production tokens come from the identity provider. */
 const TTL_S = 12 * 3600;
 
 function fail(message: string): never {
-  process.stderr.write(`${message}\n${USAGE}\n`);
+  process.stderr.write(`${message}\n${tokenUsage}\n`);
   process.exit(2);
 }
 
-async function main(): Promise<void> {
-  let values: { user?: string; role?: string; project?: string };
+function readArgs(): TokenOptions {
   try {
-    ({ values } = parseArgs({ options: { user: { type: 'string' }, role: { type: 'string' }, project: { type: 'string' } }, strict: true, allowPositionals: false }));
+    const parsed = parseTokenArgs(process.argv.slice(2), process.env);
+    if (!parsed.help) return parsed.options;
+    process.stdout.write(`${tokenUsage}\n`);
+    process.exit(0);
   } catch (error) {
-    fail((error as Error).message);
+    if (error instanceof TokenUsageError) fail(error.message);
+    throw error;
   }
-  const user = ActorName.safeParse(values.user);
-  if (!user.success) fail('--user must be 1-128 characters of letters, digits, . _ @ - (starting with a letter or digit)');
-  const roles = Object.values(ProjectRole) as string[];
-  if (values.role !== 'admin' && !roles.includes(values.role ?? '')) fail(`--role must be admin or one of ${roles.join(', ')}`);
-  if (values.role === 'admin' && values.project !== undefined) fail('--role admin is platform-wide: leave out --project');
-  if (values.role !== 'admin' && values.project === undefined) fail(`--role ${values.role} is held in a project: add --project <project uuid>`);
-  const project = values.project === undefined ? undefined : ProjectId.safeParse(values.project);
-  if (project && !project.success) fail('--project must be a project UUID');
-  const file = devKeyFile();
-  const { privateJwk } = await loadOrCreateDevKey(file);
+}
+
+async function main(): Promise<void> {
+  const o = readArgs();
+  const { privateJwk } = await loadOrCreateDevKey(o.keyFile);
   const token = await issueToken(
     { jwk: privateJwk },
-    {
-      issuer: DEV_ISSUER,
-      audience: DEV_AUDIENCE,
-      subject: user.data,
-      ttlS: TTL_S,
-      ...(values.role === 'admin' ? { admin: true } : { projects: { [project!.data!]: values.role as ProjectRole } }),
-    },
+    { issuer: o.issuer, audience: o.audience, subject: o.user, ttlS: TTL_S, ...('admin' in o.grant ? { admin: true } : { projects: { [o.grant.project]: o.grant.role } }) },
   );
-  process.stderr.write(`# ${user.data} as ${values.role}${project ? ` in ${project.data}` : ''}, valid ${TTL_S / 3600} h, signed with ${file}\n`);
+  const as = 'admin' in o.grant ? 'admin' : `${o.grant.role} in ${o.grant.project}`;
+  process.stderr.write(`# ${o.user} as ${as}, valid ${TTL_S / 3600} h, iss ${o.issuer}, aud ${o.audience}, signed with ${o.keyFile}\n`);
   process.stdout.write(`${token}\n`);
 }
 
