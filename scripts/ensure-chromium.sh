@@ -29,8 +29,10 @@ if [ -z "$browser" ]; then
     as_root=(sudo)
   fi
   echo "installing Debian's chromium (apt-get)" >&2
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; then
+  # Waits for the dpkg lock (a fresh VM's unattended-upgrades) and retries a failed download.
+  apt_opts=(-o DPkg::Lock::Timeout=300 -o Acquire::Retries=3)
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" update -qq >&2
+  if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y -qq --no-install-recommends chromium >/dev/null; then
     # Ubuntu has no chromium deb: its package is a snap.
     echo "apt-get could not install chromium (on Ubuntu: 'sudo snap install chromium'); or set CHROMIUM_PATH to a chromium or chrome binary" >&2
     exit 1

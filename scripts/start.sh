@@ -20,7 +20,7 @@ bash scripts/check-node.sh >/dev/null
 
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "== installing npm packages" >&2
-  npm ci --no-audit --no-fund
+  npm ci --no-audit --no-fund --include=dev
 fi
 
 # Only what this run starts is stopped at exit, each part on its own: a Kafka, PostgreSQL or Redis
@@ -31,6 +31,13 @@ declare -A infra_was_up=([kafka]=false [postgres]=false [redis]=false)
 if tcp_open 127.0.0.1 "${KAFKA_PORT:-9092}"; then infra_was_up[kafka]=true; fi
 if tcp_open "${PGHOST:-127.0.0.1}" "${PGPORT:-5432}"; then infra_was_up[postgres]=true; fi
 if tcp_open "${REDIS_HOST:-127.0.0.1}" "${REDIS_PORT:-6379}"; then infra_was_up[redis]=true; fi
+
+# HOST reaches the services (they listen there), but this script looks for them on 127.0.0.1:
+# some shells and containers export HOST=<the machine's name>, which resolves elsewhere.
+case "${HOST:-0.0.0.0}" in
+  0.0.0.0 | 127.0.0.1 | localhost | :: | ::1) ;;
+  *) echo "== note: HOST=$HOST is set in your environment: the services listen on it, and this script, which checks them on 127.0.0.1, may find them not ready; unset HOST to listen on every interface" >&2 ;;
+esac
 
 SERVICES=(task-svc label-svc qa-svc billing-svc saga-monitor)
 declare -A pid=() since=() delay=() restarts=() timer=()
@@ -46,6 +53,16 @@ cleanup() {
   done
   if [ "${#live[@]}" -gt 0 ]; then
     for p in "${live[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    # A service ends its own shutdown within 15 s (SHUTDOWN_TIMEOUT_MS); one stuck past that would
+    # keep this script from stopping Kafka, PostgreSQL and Redis below.
+    local deadline=$((SECONDS + 20))
+    for p in "${live[@]}"; do
+      while kill -0 "$p" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+      if kill -0 "$p" 2>/dev/null; then
+        echo "== pid $p did not stop within 20 s; killing it" >&2
+        kill -KILL "$p" 2>/dev/null || true
+      fi
+    done
     wait "${live[@]}" 2>/dev/null || true
   fi
   echo "== services stopped" >&2

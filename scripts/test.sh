@@ -11,7 +11,7 @@ step "npm packages"
 # warns about engines and something fails further on for no clear reason.
 bash scripts/check-node.sh
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm ci --no-audit --no-fund
+  npm ci --no-audit --no-fund --include=dev
 else
   echo "node_modules up to date"
 fi

@@ -51,6 +51,21 @@ is_installed() {
 }
 
 cmd_install() {
+  # One install at a time: test workers starting private brokers at once on a machine without the
+  # jars would otherwise run two Maven builds into one ~/.m2 and move one's jars over the other's.
+  # The lock is the process's: it goes with it, however it ends.
+  ensure_local_dir
+  mkdir -p "$(dirname "$KAFKA_LIBS")"
+  local lock_fd
+  exec {lock_fd}>"$(dirname "$KAFKA_LIBS")/install.lock"
+  flock "$lock_fd"
+  install_jars
+  # Closed before a broker starts from this shell: the broker would inherit the descriptor and
+  # hold the lock for as long as it runs.
+  exec {lock_fd}>&-
+}
+
+install_jars() {
   if is_installed; then
     log "Kafka $KAFKA_VERSION already installed in $KAFKA_LIBS"
     return 0
@@ -63,12 +78,23 @@ cmd_install() {
   rm -rf "$tmp"
   mkdir -p "$tmp"
   log "downloading Kafka $KAFKA_VERSION jars from Maven Central into $KAFKA_LIBS ..."
-  if ! mvn -q -B -Dstyle.color=never -f "$POM" "$DEP_PLUGIN:copy-dependencies" \
-    -DincludeScope=runtime -DoutputDirectory="$tmp" >"$tmp.log" 2>&1; then
-    cat "$tmp.log" >&2
-    rm -rf "$tmp" "$tmp.log"
-    die "mvn dependency:copy-dependencies failed"
-  fi
+  # -C: a jar whose checksum does not match Central's is refused, not installed (Maven only warns
+  # by default, and a corrupt jar would be cached in ~/.m2 and fail every later start). A network
+  # hiccup is tried again, with -U so that a failure Maven cached (*.lastUpdated) is not replayed.
+  local attempt=1
+  local -a again=()
+  until mvn -q -B -C "${again[@]}" -Dstyle.color=never -f "$POM" "$DEP_PLUGIN:copy-dependencies" \
+    -DincludeScope=runtime -DoutputDirectory="$tmp" >"$tmp.log" 2>&1; do
+    if ((attempt == 3)); then
+      cat "$tmp.log" >&2
+      rm -rf "$tmp" "$tmp.log"
+      die "mvn dependency:copy-dependencies failed 3 times"
+    fi
+    log "mvn failed (attempt $attempt of 3): $(grep -m1 -E 'ERROR' "$tmp.log" | cut -c1-200); again in $((attempt * 5))s"
+    sleep $((attempt * 5))
+    attempt=$((attempt + 1))
+    again=(-U)
+  done
   rm -f "$tmp.log"
   [[ -f "$tmp/kafka_2.13-$KAFKA_VERSION.jar" ]] || {
     rm -rf "$tmp"
@@ -191,7 +217,9 @@ cmd_start() {
   if port_open "$HOST" "$KAFKA_PORT"; then
     # A private instance (tests, chaos) must be the broker it talks to, never a stranger's.
     [[ "${KAFKA_REQUIRE_OWN:-0}" == 1 ]] && die "port $HOST:$KAFKA_PORT is taken by another process; not this instance's broker"
-    log "something already answers on $HOST:$KAFKA_PORT; not starting a second broker"
+    log "something already answers on $HOST:$KAFKA_PORT; not starting a second broker, checking that it is one"
+    is_installed || cmd_install
+    FOREIGN_BROKER=1 cmd_wait
     return 0
   fi
   if port_open "$HOST" "$KAFKA_CONTROLLER_PORT"; then
@@ -258,6 +286,7 @@ cmd_wait() {
   while :; do
     now="$(date +%s)"
     if ((now >= deadline)); then
+      [[ -n "${FOREIGN_BROKER:-}" ]] && die "$HOST:$KAFKA_PORT answers, but not as a Kafka broker with a PLAINTEXT listener within ${KAFKA_WAIT_SECONDS}s (the compose stack's SASL port? another program?): stop it, or set KAFKA_PORT"
       print_log_tail
       die "broker on $HOST:$KAFKA_PORT not ready after ${KAFKA_WAIT_SECONDS}s"
     fi

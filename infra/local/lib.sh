@@ -62,6 +62,17 @@ as_root() {
   if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo "$@"; fi
 }
 
+# apt waits for the dpkg lock instead of failing at once (a fresh VM runs unattended-upgrades
+# right after boot), and retries a download that failed on the way.
+APT_OPTS=(-o DPkg::Lock::Timeout=300 -o Acquire::Retries=3)
+
+# apt_lists_fresh: the package lists were updated within the hour (by this run's first install,
+# or by the machine), so one `npm test` does not update them once per package it installs.
+apt_lists_fresh() {
+  [[ -n "$(find /var/lib/apt/lists -maxdepth 0 -mmin -60 2>/dev/null)" ]] &&
+    compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null
+}
+
 apt_install() {
   local -a sudo_cmd=()
   if [[ "$(id -u)" -ne 0 ]]; then
@@ -70,9 +81,19 @@ apt_install() {
   fi
   have apt-get || die "apt-get not found; install manually: $*"
   log "installing Debian packages: $*"
-  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends "$@" >&2
+  local updated=0
+  if ! apt_lists_fresh; then
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" update -qq >&2
+    updated=1
+  fi
+  if ! "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get "${APT_OPTS[@]}" install -y -qq --no-install-recommends "$@" >&2; then
+    ((updated)) && die "apt-get install $* failed"
+    # Lists an hour old may name a version the mirror no longer has: update and try once more.
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" update -qq >&2
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get "${APT_OPTS[@]}" install -y -qq --no-install-recommends "$@" >&2 || die "apt-get install $* failed"
+  fi
 }
 
 # Markers in .local/started/<name>: what these scripts started themselves, so

@@ -102,8 +102,9 @@ as_pg() {
 }
 
 wait_pg() { # HOST PORT USER
-  local i
-  for ((i = 0; i < PG_WAIT_SECONDS * 5; i++)); do
+  # By the clock, not by tries: each try may itself wait out its connect timeout.
+  local deadline=$((SECONDS + PG_WAIT_SECONDS))
+  while ((SECONDS < deadline)); do
     pg_answers "$1" "$2" "$3" && return 0
     sleep 0.2
   done
@@ -155,12 +156,15 @@ start_instance() {
     }
   fi
   # Stale lock files of a killed server. PostgreSQL itself treats them as live
-  # while the dead postmaster is an unreaped zombie (seen when PID 1 does not reap).
+  # while the dead postmaster is an unreaped zombie (seen when PID 1 does not reap), and while
+  # another process has its pid (after a reboot or a container restart pids are handed out again):
+  # this instance's postmaster is not running (checked above), so a live pid that is not a
+  # postmaster of this data directory holds nothing.
   local lock lock_pid
   for lock in "$INST_DIR/data/postmaster.pid" "$INST_DIR/.s.PGSQL.$INST_PORT.lock"; do
     [[ -f "$lock" ]] || continue
     lock_pid="$(head -n 1 "$lock")"
-    if ! pid_alive "$lock_pid"; then
+    if ! pid_alive "$lock_pid" || ! pid_cmdline_has "$lock_pid" "$INST_DIR/data"; then
       log "removing stale $(basename "$lock") (previous server pid $lock_pid is gone)"
       rm -f "$lock"
     fi

@@ -110,10 +110,10 @@ promtool_bin() {
     log "fetching promtool (Debian package prometheus, unpacked into $LOCAL_DIR/promtool)"
     # apt downloads as its own user when it can write the directory.
     chmod 755 "$work" && mkdir -p "$work/deb" && chmod 777 "$work/deb"
-    if ! (cd "$work/deb" && apt-get download -qq prometheus >&2); then
+    if ! (cd "$work/deb" && apt-get "${APT_OPTS[@]}" download -qq prometheus >&2); then
       [[ ${#sudo_cmd[@]} -eq 0 ]] || have sudo || die "promtool not found, and the package lists need 'apt-get update' as root: run it, or put promtool on the PATH"
-      "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-      (cd "$work/deb" && apt-get download -qq prometheus >&2) || die "apt-get download prometheus failed"
+      "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" update -qq >&2
+      (cd "$work/deb" && apt-get "${APT_OPTS[@]}" download -qq prometheus >&2) || die "apt-get download prometheus failed"
     fi
     ensure_local_dir
     mkdir -p "$LOCAL_DIR/promtool"
