@@ -259,15 +259,16 @@ cmd_ensure() {
       as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" reload >&2 || true
     else
       log "starting Debian cluster $ver/$name on port $PGPORT"
-      as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" start >&2
+      # Marked first, so that a start cut short still leaves a cluster `stop-started` stops.
       mark_started "$STARTED_NAME" "kind=debian-cluster version=$ver cluster=$name port=$PGPORT"
+      as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" start >&2
     fi
   else
     log "no Debian cluster on port $PGPORT; starting a private instance instead"
     INST_PORT="$PGPORT"
     INST_DIR="$LOCAL_DIR/pg-$PGPORT"
-    start_instance
     mark_started "$STARTED_NAME" "kind=instance port=$PGPORT dir=$INST_DIR"
+    start_instance
   fi
   wait_pg "$PGHOST" "$PGPORT" "$PGUSER" || die "PostgreSQL at $PGHOST:$PGPORT does not answer as $PGUSER"
   log "ok: PostgreSQL answers at $PGHOST:$PGPORT as $PGUSER"

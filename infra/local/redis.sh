@@ -62,7 +62,7 @@ instance_pid() {
 }
 
 start_instance() {
-  local pid i launched
+  local pid launched
   ensure_binaries
   if pid="$(instance_pid)"; then
     log "private Redis already running on 127.0.0.1:$INST_PORT (pid $pid)"
@@ -87,7 +87,8 @@ start_instance() {
   launched=$!
   # Ready only once the server answering on the port is the one just started: otherwise a test
   # would flush or stop a server it does not own.
-  for ((i = 0; i < REDIS_WAIT_SECONDS * 10; i++)); do
+  local deadline=$((SECONDS + REDIS_WAIT_SECONDS))
+  while ((SECONDS < deadline)); do
     if [[ "$(redis_process_id 127.0.0.1 "$INST_PORT")" == "$launched" ]]; then
       log "private Redis ready: redis://127.0.0.1:$INST_PORT"
       return 0
@@ -145,8 +146,10 @@ cmd_ensure() {
   fi
   INST_PORT="$REDIS_PORT"
   INST_DIR="$LOCAL_DIR/redis-$REDIS_PORT"
-  start_instance
+  # Marked before it starts: a start cut short (Ctrl-C, a time-out while the server still comes
+  # up) must leave a server that `stop-started` and `stack.sh down` know to be theirs.
   mark_started "$STARTED_NAME" "kind=instance port=$REDIS_PORT dir=$INST_DIR"
+  start_instance
   log "ok: Redis answers at $REDIS_HOST:$REDIS_PORT"
 }
 
