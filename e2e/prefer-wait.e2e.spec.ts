@@ -48,14 +48,14 @@ describe('waiting instead of polling (Prefer: wait)', () => {
     const settledBefore = await settledPolls('label-svc', route);
     const signalledBefore = await signalled('label-svc', route);
     const idempotencyKey = key();
-    const held = labels(taskId, 'ann-w', { prefer: 'respond-async, wait=10', ...idempotencyKey });
+    const held = labels(taskId, 'ann-w', { prefer: 'respond-async, wait=30', ...idempotencyKey });
     await waiting('label-svc', route);
     await claim(stack, taskId, 'ann-w');
 
     const accepted = await held;
     expect(accepted.status, JSON.stringify(accepted.body)).toBe(201);
     expect(accepted.body).toMatchObject({ taskId, attempt: 1, status: 'submitted' });
-    expect(accepted.headers.get('preference-applied')).toBe('wait=10');
+    expect(accepted.headers.get('preference-applied')).toBe('wait=30');
     expect(await settledPolls('label-svc', route)).toBe(settledBefore + 1);
     expect(await signalled('label-svc', route)).toBeGreaterThan(signalledBefore);
 
@@ -82,16 +82,16 @@ describe('waiting instead of polling (Prefer: wait)', () => {
     expect(early.headers.get('preference-applied')).toBeNull();
 
     const signalledBefore = await signalled('qa-svc', route);
-    const held = review(taskId, 'approve', { prefer: 'wait=10', ...key() });
+    const held = review(taskId, 'approve', { prefer: 'wait=30', ...key() });
     await waiting('qa-svc', route);
     // The labels wait for the claim in the same way: one request whatever Kafka's timing.
-    const submitted = await labels(taskId, 'ann-r', { prefer: 'wait=10', ...key() });
+    const submitted = await labels(taskId, 'ann-r', { prefer: 'wait=30', ...key() });
     expect(submitted.status, JSON.stringify(submitted.body)).toBe(201);
 
     const decided = await held;
     expect(decided.status, JSON.stringify(decided.body)).toBe(200);
     expect(decided.body).toMatchObject({ taskId, attempt: 1, status: 'passed' });
-    expect(decided.headers.get('preference-applied')).toBe('wait=10');
+    expect(decided.headers.get('preference-applied')).toBe('wait=30');
     expect(await signalled('qa-svc', route)).toBeGreaterThan(signalledBefore);
   });
 
@@ -100,16 +100,16 @@ describe('waiting instead of polling (Prefer: wait)', () => {
     const projectId = await createProject(stack, 1_000, 100);
     const taskId = await createTask(stack, projectId);
     await claim(stack, taskId, 'ann-s');
-    expect((await labels(taskId, 'ann-s', { prefer: 'wait=10' })).status).toBe(201);
+    expect((await labels(taskId, 'ann-s', { prefer: 'wait=30' })).status).toBe(201);
 
     const signalledBefore = await signalled('task-svc', route);
-    const settled = readTask(taskId, '?status=completed,failed,cancelled', { prefer: 'wait=20' });
+    const settled = readTask(taskId, '?status=completed,failed,cancelled', { prefer: 'wait=30' });
     await waiting('task-svc', route);
-    expect((await review(taskId, 'approve', { prefer: 'wait=10' })).status).toBe(200);
+    expect((await review(taskId, 'approve', { prefer: 'wait=30' })).status).toBe(200);
     const final = await settled;
     expect(final.status).toBe(200);
     expect(final.body).toMatchObject({ taskId, status: 'completed', attempt: 1 });
-    expect(final.headers.get('preference-applied')).toBe('wait=20');
+    expect(final.headers.get('preference-applied')).toBe('wait=30');
     expect(await signalled('task-svc', route)).toBeGreaterThan(signalledBefore);
 
     // Conditions that will never hold: the current task once the (short) wait is over; the client checks.
@@ -130,11 +130,11 @@ describe('waiting instead of polling (Prefer: wait)', () => {
     const projectId = await createProject(stack, 1_000, 100);
     const taskId = await createTask(stack, projectId);
     await claim(stack, taskId, 'ann-o');
-    expect((await labels(taskId, 'ann-o', { prefer: 'wait=10' })).status).toBe(201);
+    expect((await labels(taskId, 'ann-o', { prefer: 'wait=30' })).status).toBe(201);
 
-    const reopened = readTask(taskId, '?status=open&minAttempt=2', { prefer: 'wait=20' });
+    const reopened = readTask(taskId, '?status=open&minAttempt=2', { prefer: 'wait=30' });
     await waiting('task-svc', route);
-    expect((await review(taskId, 'reject', { prefer: 'wait=10' })).status).toBe(200);
+    expect((await review(taskId, 'reject', { prefer: 'wait=30' })).status).toBe(200);
     const task = await reopened;
     expect(task.status).toBe(200);
     expect(task.body).toMatchObject({ status: 'open', attempt: 2 });

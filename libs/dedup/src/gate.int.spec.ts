@@ -42,7 +42,7 @@ describe('the dedup gate on a real Redis that fails', () => {
       inbox: inboxReader(pool),
       namespace: uniqueName('ns'),
       doneTtlMs: 60_000,
-      redisTimeoutMs: 200,
+      redisTimeoutMs: 5_000, // no test here is about a slow Redis: a loaded machine must not turn an answer into a fallback
       breaker: { failureThreshold: 2, openMs: 300 },
       bloom: { capacity: over.capacity ?? 10_000, errorRate: over.errorRate ?? 0.01 },
       warmWindowMs: 3600_000,
@@ -67,7 +67,7 @@ describe('the dedup gate on a real Redis that fails', () => {
     const namespace = uniqueName('shared');
     const make = () =>
       createDedupGate({
-        redis, inbox: inboxReader(pool), namespace, doneTtlMs: 60_000, redisTimeoutMs: 200,
+        redis, inbox: inboxReader(pool), namespace, doneTtlMs: 60_000, redisTimeoutMs: 5_000,
         breaker: { failureThreshold: 2, openMs: 300 }, bloom: { capacity: 1_000, errorRate: 0.01 }, warmWindowMs: 0, logger,
       });
     const [a, b] = [make(), make()];
@@ -84,7 +84,7 @@ describe('the dedup gate on a real Redis that fails', () => {
     const namespace = uniqueName('planted');
     const metrics = createMetrics({ service: 'dedup-test', defaults: false });
     const gate = createDedupGate({
-      redis, inbox: inboxReader(pool), namespace, doneTtlMs: 60_000, redisTimeoutMs: 200,
+      redis, inbox: inboxReader(pool), namespace, doneTtlMs: 60_000, redisTimeoutMs: 5_000,
       breaker: { failureThreshold: 2, openMs: 300 }, bloom: { capacity: 1_000, errorRate: 0.01 }, warmWindowMs: 0, logger, metrics,
       confirmDone: (k) => k.eventType === 'BillingRefunded',
     });

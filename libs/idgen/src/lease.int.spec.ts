@@ -63,8 +63,10 @@ describe('worker-id leases and Snowflake ids on PostgreSQL', () => {
     const workerId = await first.acquire();
     expect(first.issuedUpToMs).toBe(0);
     issuing = createSnowflake({ workerId, isValid: () => first.valid, issuedUpToMs: first.issuedUpToMs });
-    // The first holder's clock runs 2 s ahead of the next holder's.
-    const ahead = createSnowflake({ workerId, clock: () => Date.now() + 2_000, isValid: () => first.valid });
+    // The first holder's clock runs 2 s ahead of the next holder's. Fixed clocks: a stall of the
+    // machine between the two holders must not let the real clock catch up with the first one's.
+    const t = Date.now();
+    const ahead = createSnowflake({ workerId, clock: () => t + 2_000, isValid: () => first.valid });
     issuing = ahead;
     const last = await ahead.next();
     await first.release();
@@ -72,9 +74,9 @@ describe('worker-id leases and Snowflake ids on PostgreSQL', () => {
     const second = leaseIn('high-water');
     expect(await second.acquire()).toBe(workerId);
     expect(second.issuedUpToMs).toBe(parseSnowflake(last).timestampMs);
-    const lagging = createSnowflake({ workerId, isValid: () => second.valid, issuedUpToMs: second.issuedUpToMs });
+    const lagging = createSnowflake({ workerId, clock: () => t, isValid: () => second.valid, issuedUpToMs: second.issuedUpToMs });
     await expect(lagging.next()).rejects.toMatchObject({ code: IdgenErrors.CLOCK_MOVED_BACKWARDS });
-    const later = createSnowflake({ workerId, clock: () => Date.now() + 2_100, isValid: () => second.valid, issuedUpToMs: second.issuedUpToMs });
+    const later = createSnowflake({ workerId, clock: () => t + 2_100, isValid: () => second.valid, issuedUpToMs: second.issuedUpToMs });
     expect(BigInt(await later.next()) > BigInt(last)).toBe(true);
     await second.release();
   });

@@ -78,7 +78,7 @@ describe('the exactly-once shell on real Kafka, PostgreSQL and Redis', () => {
 
   const start = async (opts: { topic: string; groupId: string; namespace: string; metrics: Metrics; crashAfterFirstCommit?: boolean; lockTimeoutMs?: number }) => {
     const gate = createDedupGate({
-      redis, inbox: inboxReader(pool), namespace: opts.namespace, doneTtlMs: 60_000, redisTimeoutMs: 500,
+      redis, inbox: inboxReader(pool), namespace: opts.namespace, doneTtlMs: 60_000, redisTimeoutMs: 5_000,
       breaker: { failureThreshold: 3, openMs: 1_000 }, bloom: { capacity: 10_000, errorRate: 0.01 }, warmWindowMs: 0, logger,
     });
     gates.push(gate);

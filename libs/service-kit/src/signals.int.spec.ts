@@ -49,7 +49,9 @@ describe('task signals over LISTEN/NOTIFY', () => {
     const [a, b] = [await instance(channel), await instance(channel)];
     const onA = a.subscribe('101');
     const onB = b.subscribe('101');
-    const barrier = a.subscribe('barrier');
+    // Each instance hears on its own session: the barrier must reach both before either's silence counts.
+    const barrierA = a.subscribe('barrier');
+    const barrierB = b.subscribe('barrier');
 
     const tx = await pool.connect();
     try {
@@ -58,7 +60,8 @@ describe('task signals over LISTEN/NOTIFY', () => {
       // Notifications reach a listener in commit order: once the later commit is heard, an
       // earlier one would have been too.
       await commit(b, ['barrier']);
-      expect(await barrier.wait(10_000)).toBe(true);
+      expect(await barrierA.wait(10_000)).toBe(true);
+      expect(await barrierB.wait(10_000)).toBe(true);
       expect(await onA.wait(0)).toBe(false);
       expect(await onB.wait(0)).toBe(false);
       await tx.query('COMMIT');
@@ -67,7 +70,7 @@ describe('task signals over LISTEN/NOTIFY', () => {
     }
     expect(await onA.wait(10_000)).toBe(true);
     expect(await onB.wait(10_000)).toBe(true);
-    for (const s of [onA, onB, barrier]) s.cancel();
+    for (const s of [onA, onB, barrierA, barrierB]) s.cancel();
   });
 
   it('wakes waiters with a signal sent in the outbox insert, and the relay with the same statement', async () => {
@@ -130,10 +133,15 @@ describe('task signals over LISTEN/NOTIFY', () => {
       const first = signals.subscribe(ids[0]!);
       const last = signals.subscribe(ids[ids.length - 1]!);
       await commit(signals, [...ids, ...ids.slice(0, 100)]);
+      // A later commit's notification arrives after every one of the first: once it is heard, a
+      // stray payload (an id sent twice) would have been too.
+      await commit(signals, ['sentinel']);
 
       expect(await first.wait(10_000)).toBe(true);
       expect(await last.wait(10_000)).toBe(true);
-      await eventually(() => expect(payloads.flatMap((p) => p.split(',')).length).toBe(ids.length));
+      await eventually(() => expect(payloads.at(-1)).toBe('sentinel'));
+      payloads.pop();
+      expect(payloads.flatMap((p) => p.split(',')).length).toBe(ids.length);
       expect(payloads.length).toBeGreaterThan(1);
       for (const p of payloads) expect(Buffer.byteLength(p)).toBeLessThanOrEqual(MAX_SIGNAL_PAYLOAD_BYTES);
       expect(payloads.flatMap((p) => p.split(',')).sort()).toEqual([...ids].sort());

@@ -396,8 +396,8 @@ describe('task-svc bulk import, a shutdown during an upload', () => {
   });
 
   it('lets the batch in flight finish and the job go before the pool closes, so a resume is not refused while a lease lapses', async () => {
-    // The longest wait the close allows (4 s): the test's steps after the close began take half a
-    // second and some milliseconds.
+    // The longest wait the close allows (4 s): the test's steps after the close began take a fifth
+    // of a second and some milliseconds.
     const svc = await buildTestService(infra, 'task-svc', (env) => buildService(taskService, loadConfig(TaskSvcConfig, env)), { IMPORT_BATCH_SIZE: '5', IMPORT_CLOSE_WAIT_MS: '4000' });
     const blocker = new pg.Client({ connectionString: svc.databaseUrl });
     blocker.on('error', () => undefined);
@@ -427,10 +427,11 @@ describe('task-svc bulk import, a shutdown during an upload', () => {
       const closing = svc.built.lifecycle.close();
       await upload.answer.catch(() => undefined);
       // The upload is ended; its batch still waits. A close that does not wait for it reaches the
-      // pool's end within milliseconds (nothing else here takes long to close): half a second shows
-      // whether it got there, and leaves most of the close's 4 s to the batch on a slow machine.
-      // Only then is the batch let through; its release must still come before the pool ends.
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      // pool's end within milliseconds (nothing else here takes long to close): a fifth of a second
+      // shows whether it got there, and leaves 3.8 of the close's 4 s to the ROLLBACK and the batch
+      // on a loaded machine. Only then is the batch let through; its release must still come
+      // before the pool ends (a wait for something not to happen: there is no event to wait on).
+      await new Promise((resolve) => setTimeout(resolve, 200));
       expect((svc.built.ctx.pool as pg.Pool & { ending: boolean }).ending).toBe(false);
       await blocker.query('ROLLBACK');
       await closing;
