@@ -45,10 +45,17 @@ export async function holdConsumerGroup(brokers: string, groupId: string, { time
       let crash: Error | undefined;
       consumer.on(consumer.events.GROUP_JOIN, () => void (joined = true));
       consumer.on(consumer.events.CRASH, ({ payload }) => void (crash = payload.error));
-      await consumer.connect();
-      await consumer.subscribe({ topic });
-      // Resolves once the member joined, or once the refused join crashed it.
-      await consumer.run({ eachMessage: async () => undefined });
+      // Every try that does not return its member disconnects it, whatever failed: a member left
+      // connected would join late and hold the group for good.
+      try {
+        await consumer.connect();
+        await consumer.subscribe({ topic });
+        // Resolves once the member joined, or once the refused join crashed it.
+        await consumer.run({ eachMessage: async () => undefined });
+      } catch (error) {
+        await consumer.disconnect().catch(() => undefined);
+        throw error;
+      }
       if (!joined) {
         await consumer.disconnect();
         throw new Error(`group ${groupId} is not empty: ${crash?.message ?? 'join refused'}`);
