@@ -219,6 +219,7 @@ cmd_start() {
     [[ "${KAFKA_REQUIRE_OWN:-0}" == 1 ]] && die "port $HOST:$KAFKA_PORT is taken by another process; not this instance's broker"
     log "something already answers on $HOST:$KAFKA_PORT; not starting a second broker, checking that it is one"
     is_installed || cmd_install
+    have java || die "java not found: it runs the check that $HOST:$KAFKA_PORT is a Kafka broker"
     FOREIGN_BROKER=1 cmd_wait
     return 0
   fi
@@ -271,7 +272,9 @@ admin_probe() {
     -cp "$KAFKA_LIBS/*" kafka.admin.BrokerApiVersionsCommand \
     --bootstrap-server "$HOST:$KAFKA_PORT" \
     --command-config "$KAFKA_INSTANCE_DIR/probe.properties" 2>&1)" || return 1
-  grep -q "$HOST:$KAFKA_PORT (id: " <<<"$out"
+  # Any broker listed: a broker in a container advertises its own name (localhost:9092, kafka:9092),
+  # not the address it was reached at.
+  grep -q " (id: " <<<"$out"
 }
 
 # cmd_wait [PID]: with the pid of a broker this run launched, the broker is ready only while

@@ -136,7 +136,7 @@ describe('token verification', async () => {
 
       vi.setSystemTime(Date.now() + 61_000); // the set is past its one-minute cache: jose alone would fail here
       expect((await remote.verify(await sign({ subject: 'bob' }))).ok).toBe(true);
-      expect(stale).toHaveLength(1);
+      await vi.waitFor(() => expect(stale).toHaveLength(1)); // the fetch behind it failed, once
       // Within the cool-down after the failed fetch the endpoint is not asked again per request.
       const asked = served;
       expect((await remote.verify(await sign({ subject: 'carol' }))).ok).toBe(true);
@@ -157,6 +157,33 @@ describe('token verification', async () => {
       expect((await remote.verify(await sign({ subject: 'frank' }))).ok).toBe(true);
       await new Promise((resolve) => idp.close(resolve));
     } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('answers from the key set in hand while a fetch of the endpoint hangs, instead of holding the request for the fetch\'s timeout', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const held: import('node:http').ServerResponse[] = [];
+    let hang = false;
+    const idp = createServer((_req, res) => {
+      if (hang) held.push(res); // never answered while the test runs
+      else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(publicJwks));
+    });
+    try {
+      await new Promise<void>((resolve) => idp.listen(0, '127.0.0.1', resolve));
+      const remote = createTokenVerifier({ issuer, audience, jwksUrl: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks.json`, jwksTimeoutMs: 60_000 });
+      expect((await remote.verify(await sign())).ok).toBe(true);
+      hang = true;
+      vi.setSystemTime(Date.now() + 61_000);
+      // Answered while the endpoint still holds the fetch this lookup started: not after it.
+      expect((await remote.verify(await sign({ subject: 'bob' }))).ok).toBe(true);
+      await vi.waitFor(() => expect(held).toHaveLength(1));
+      expect((await remote.verify(await sign({ subject: 'carol' }))).ok).toBe(true);
+      expect(held).toHaveLength(1); // one fetch at a time
+    } finally {
+      for (const res of held) res.destroy();
+      idp.closeAllConnections();
+      await new Promise((resolve) => idp.close(resolve));
       vi.useRealTimers();
     }
   });
