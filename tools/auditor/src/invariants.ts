@@ -213,10 +213,16 @@ function checkRecordedEverywhere(s: Snapshot, t: Snapshot['tasks'][number], flag
 function checkBilledApproved(s: Snapshot, t: Snapshot['tasks'][number], flag: Flag): void {
   const review = s.reviews.find((r) => r.taskId === t.taskId && r.attempt === t.attempt);
   const label = s.labels.find((l) => l.taskId === t.taskId && l.attempt === t.attempt);
+  // A billing that failed and was retried: BillingFailed revoked the review and voided the labels
+  // for that reason, and their services wait for the retry's BillingCompleted to take them back,
+  // which billing-svc's own record of the attempt shows already done.
+  const retried = s.billings?.some((b) => b.taskId === t.taskId && b.attempt === t.attempt && b.status === 'completed') === true;
+  const approved = review?.status === 'passed' || (retried && review?.status === 'revoked' && review.closeReason === 'BILLING_FAILED');
+  const labelled = label?.status === 'submitted' || label?.status === 'accepted' || (retried && label?.status === 'voided' && label.voidReason === 'BILLING_FAILED');
   const missing = [
     ...(t.status === 'open' ? ['task-svc has never had the attempt claimed'] : []),
-    ...(review?.status === 'passed' ? [] : [`qa-svc's review of it is ${review?.status ?? 'missing'}, not passed`]),
-    ...(label?.status === 'submitted' || label?.status === 'accepted' ? [] : [`label-svc's labels of it are ${label?.status ?? 'missing'}`]),
+    ...(approved ? [] : [`qa-svc's review of it is ${review?.status ?? 'missing'}, not passed`]),
+    ...(labelled ? [] : [`label-svc's labels of it are ${label?.status ?? 'missing'}`]),
   ];
   if (missing.length > 0) flag('BILLED_APPROVED', `${t.status} task's attempt ${t.attempt} is billed, yet ${missing.join('; ')}`, { taskId: t.taskId, projectId: t.projectId });
 }

@@ -83,6 +83,15 @@ describe('the saga invariants', () => {
     expect(invariantsOf(billedWhile('open', labels, passed))).toEqual(['BILLED_APPROVED']);
     // The labels name another annotator than the one paid: that is LEDGER_ATTRIBUTED's to say, once.
     expect(invariantsOf(billedWhile('assigned', [{ ...labels[0]!, annotatorId: 'bob' }], passed))).toEqual(['LEDGER_ATTRIBUTED']);
+    // A billing that failed (review revoked, labels voided for it) and was retried: billing-svc's
+    // record says the retry completed, and qa-svc and label-svc have yet to read its BillingCompleted.
+    const revoked = [{ ...passed[0]!, status: 'revoked', closeReason: 'BILLING_FAILED' }];
+    const voided = [{ ...labels[0]!, status: 'voided', voidReason: 'BILLING_FAILED' }];
+    const retried = (snapshot: Snapshot, status: string): Snapshot => ({ ...snapshot, billings: [{ taskId: 't1', attempt: 1, annotatorId: 'ann', status }] });
+    expect(checkInvariants(retried(billedWhile('approved', voided, revoked), 'completed'), options)).toEqual([]);
+    // Not for another reason, and not while billing-svc does not say the retry completed.
+    expect(invariantsOf(retried(billedWhile('approved', voided, [{ ...revoked[0]!, closeReason: 'CANCELLED' }]), 'completed'))).toEqual(['BILLED_APPROVED']);
+    expect(invariantsOf(retried(billedWhile('approved', voided, revoked), 'failed'))).toContain('BILLED_APPROVED');
   });
 
   it('catch a budget that does not equal top-ups minus debits plus refunds', () => {

@@ -5,11 +5,12 @@ import type { Queryable } from '@labelflow/plumbing';
 export interface Snapshot {
   /** `assignee`: who holds the task in task-svc (absent where the snapshot did not read it). */
   readonly tasks: readonly { taskId: string; projectId: string; status: string; attempt: number; assignee?: string | null; leaseExpiresAt: Date | null; updatedAt: Date }[];
-  /** `annotatorId`: who labelled the attempt (a person, or a model's actor id). */
-  readonly labels: readonly { taskId: string; attempt: number; status: string; annotatorId?: string }[];
+  /** `annotatorId`: who labelled the attempt (a person, or a model's actor id); `voidReason`: why voided labels were. */
+  readonly labels: readonly { taskId: string; attempt: number; status: string; annotatorId?: string; voidReason?: string | null }[];
   /** `cancelled`: label-svc recorded the task's cancellation (absent where the snapshot did not read it). */
   readonly assignments: readonly { taskId: string; attempt: number; annotatorId: string | null; cancelled?: boolean }[];
-  readonly reviews: readonly { taskId: string; attempt: number; status: string; deadlineAt: Date | null }[];
+  /** `closeReason`: why a revoked or voided review was closed. */
+  readonly reviews: readonly { taskId: string; attempt: number; status: string; deadlineAt: Date | null; closeReason?: string | null }[];
   /** qa-svc's per-task record (`review_tasks`): whether it recorded the cancellation, and the newest reopen it read (absent: not read). */
   readonly reviewTasks?: readonly { taskId: string; cancelled: boolean; reopenedAttempt?: number }[];
   /** billing-svc's per-task record (`billing_tasks`): the newest attempt it knows and whether it recorded the cancellation. */
@@ -160,7 +161,7 @@ export async function takeSnapshot(src: Sources): Promise<Snapshot> {
 async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
   const outbox = (service: Service) =>
     of(service)<{ id: string; event_type: string; created_at: Date; failed_at: Date | null; failure: string | null }>(`SELECT o.id, o.event_type, o.created_at, o.failed_at, o.failure FROM outbox_pending p CROSS JOIN LATERAL (SELECT * FROM outbox WHERE outbox.id = p.id OFFSET 0) o
-       UNION ALL SELECT id, event_type, created_at, failed_at, failure FROM outbox WHERE failed_at IS NOT NULL`).then((r) =>
+       UNION ALL SELECT id, event_type, created_at, failed_at, failure FROM outbox o WHERE failed_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM outbox_pending p WHERE p.id = o.id)`).then((r) =>
       r.map((o) => ({ service: `${service}-svc`, id: o.id, eventType: o.event_type, createdAt: o.created_at, parkedAt: o.failed_at, failure: o.failure })),
     );
   const [task, label, qa, billing] = await Promise.all([
@@ -171,12 +172,12 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
       return { tasks, unpublished: await outbox('task') };
     })(),
     (async () => {
-      const labels = await of('label')<{ task_id: string; attempt: number; status: string; annotator_id: string }>('SELECT task_id, attempt, status, annotator_id FROM labels');
+      const labels = await of('label')<{ task_id: string; attempt: number; status: string; annotator_id: string; void_reason: string | null }>('SELECT task_id, attempt, status, annotator_id, void_reason FROM labels');
       const assignments = await of('label')<{ task_id: string; attempt: number; annotator_id: string | null; cancelled: boolean }>('SELECT task_id, attempt, annotator_id, cancelled_at IS NOT NULL AS cancelled FROM assignments');
       return { labels, assignments, unpublished: await outbox('label') };
     })(),
     (async () => {
-      const reviews = await of('qa')<{ task_id: string; attempt: number; status: string; deadline_at: Date | null }>('SELECT task_id, attempt, status, deadline_at FROM reviews');
+      const reviews = await of('qa')<{ task_id: string; attempt: number; status: string; deadline_at: Date | null; close_reason: string | null }>('SELECT task_id, attempt, status, deadline_at, close_reason FROM reviews');
       const reviewTasks = await of('qa')<{ task_id: string; cancelled: boolean; reopened_attempt: number }>('SELECT task_id, cancelled_at IS NOT NULL AS cancelled, reopened_attempt FROM review_tasks');
       return { reviews, reviewTasks, unpublished: await outbox('qa') };
     })(),
@@ -199,9 +200,9 @@ async function readAll(of: (service: Service) => Read): Promise<Snapshot> {
   ]);
   return {
     tasks: task.tasks.map((t) => ({ taskId: t.task_id, projectId: t.project_id, status: t.status, attempt: t.attempt, assignee: t.assignee, leaseExpiresAt: t.lease_expires_at, updatedAt: t.updated_at })),
-    labels: label.labels.map((l) => ({ taskId: l.task_id, attempt: l.attempt, status: l.status, annotatorId: l.annotator_id })),
+    labels: label.labels.map((l) => ({ taskId: l.task_id, attempt: l.attempt, status: l.status, annotatorId: l.annotator_id, voidReason: l.void_reason })),
     assignments: label.assignments.map((a) => ({ taskId: a.task_id, attempt: a.attempt, annotatorId: a.annotator_id, cancelled: a.cancelled })),
-    reviews: qa.reviews.map((r) => ({ taskId: r.task_id, attempt: r.attempt, status: r.status, deadlineAt: r.deadline_at })),
+    reviews: qa.reviews.map((r) => ({ taskId: r.task_id, attempt: r.attempt, status: r.status, deadlineAt: r.deadline_at, closeReason: r.close_reason })),
     reviewTasks: qa.reviewTasks.map((r) => ({ taskId: r.task_id, cancelled: r.cancelled, reopenedAttempt: r.reopened_attempt })),
     billingTasks: billing.billingTasks.map((b) => ({ taskId: b.task_id, latestAttempt: b.latest_attempt, cancelled: b.cancelled })),
     projects: billing.projects.map((p) => ({ projectId: p.project_id, currency: p.currency, pricePerTask: Number(p.price_per_task), machinePricePerTask: Number(p.machine_price_per_task), balance: Number(p.balance) })),

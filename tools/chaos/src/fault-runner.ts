@@ -84,8 +84,11 @@ export async function runFaults(deps: FaultRunnerDeps): Promise<void> {
     deps.setCurrentFault(`${label} (recovering)`);
     const recovery = await sup.recovered(context.closing);
     deps.setCurrentFault(undefined);
+    // The cleanup ended the wait for recovery: not a service that failed to come back.
+    const cut = !recovery.ok && context.closing?.aborted === true;
+    if (cut) note = note ? `${note}; recovery ${CUT_SHORT}` : `recovery ${CUT_SHORT}`;
     faults.push({ ...f, startedAt: new Date(started).toISOString(), tasksDone, afterLoad, outageMs, recoveryMs: recovery.ms, recovered: recovery.ok, ...(note ? { note } : {}), ...(error ? { error } : {}) });
-    say(`[fault ${f.n}/${planned.length}] ${error ? `FAILED: ${error}` : 'done'}: outage ${(outageMs / 1000).toFixed(1)} s, every service ready ${(recovery.ms / 1000).toFixed(1)} s later${note ? ` (${note})` : ''}${recovery.ok ? '' : ' — NOT RECOVERED'}`);
+    say(`[fault ${f.n}/${planned.length}] ${error ? `FAILED: ${error}` : 'done'}: outage ${(outageMs / 1000).toFixed(1)} s, every service ready ${(recovery.ms / 1000).toFixed(1)} s later${note ? ` (${note})` : ''}${recovery.ok || cut ? '' : ' — NOT RECOVERED'}`);
   }
 }
 
