@@ -12,8 +12,13 @@ export interface IdempotencyPluginOptions {
   readonly namespace: string;
   /** How long a completed response is kept and replayed. Default 24 h. */
   readonly ttlMs?: number;
-  /** How long a running request holds its key in Redis; also PostgreSQL's wait bound for a duplicate. Default 30 s. */
+  /** How long a running request holds its key in Redis, and the lock timeout of the command's own locks. Default 30 s. */
   readonly lockMs?: number;
+  /**
+   * How long a request waits in PostgreSQL for another holder of its key that Redis did not tell
+   * it of (Redis away or not configured) before it answers 409; at most `lockMs`. Default 2 s.
+   */
+  readonly duplicateWaitMs?: number;
   /** Latency budget of one Redis call before falling back to PostgreSQL. Default 200 ms. */
   readonly redisTimeoutMs?: number;
   /** Consecutive Redis failures that make requests skip Redis for `openMs`. Default 3 / 1 s. */
@@ -87,10 +92,19 @@ export type IdempotencyOutcome = (typeof IdempotencyOutcome)[keyof typeof Idempo
 
 const DAY_MS = 24 * 3600_000;
 
+/**
+ * How long a request waits in PostgreSQL for another holder of its key when Redis did not tell it
+ * of one (Redis away, or not configured): a command that ends meanwhile is replayed at once, a
+ * longer one answers 409. Waiting the whole `lockMs` would hold a pool connection per retry of a
+ * slow request, and a client retrying a few of them would leave every route without connections.
+ */
+export const DUPLICATE_WAIT_MS = 2_000;
+
 /** The options with their defaults applied. */
 export interface ResolvedOptions {
   readonly ttlMs: number;
   readonly lockMs: number;
+  readonly duplicateWaitMs: number;
   readonly redisTimeoutMs: number;
   readonly breaker: { readonly failureThreshold: number; readonly openMs: number };
   readonly now: () => number;
@@ -102,12 +116,13 @@ export function resolveOptions(options: IdempotencyPluginOptions): ResolvedOptio
   if (!options.pool) throw bad('idempotency: pool is required');
   if (typeof options.callerOf !== 'function') throw bad('idempotency: callerOf is required (the authenticated caller scopes every key)');
   if (!options.namespace || /\s/.test(options.namespace)) throw bad('idempotency: namespace must be a non-empty string without spaces');
-  for (const [name, value] of [['ttlMs', options.ttlMs], ['lockMs', options.lockMs], ['redisTimeoutMs', options.redisTimeoutMs]] as const) {
+  for (const [name, value] of [['ttlMs', options.ttlMs], ['lockMs', options.lockMs], ['duplicateWaitMs', options.duplicateWaitMs], ['redisTimeoutMs', options.redisTimeoutMs]] as const) {
     if (value !== undefined && !(Number.isInteger(value) && value > 0)) throw bad(`idempotency: ${name} must be a positive integer (ms), got ${value}`);
   }
   return {
     ttlMs: options.ttlMs ?? DAY_MS,
     lockMs: options.lockMs ?? 30_000,
+    duplicateWaitMs: options.duplicateWaitMs ?? DUPLICATE_WAIT_MS,
     redisTimeoutMs: options.redisTimeoutMs ?? 200,
     breaker: { failureThreshold: options.breaker?.failureThreshold ?? 3, openMs: options.breaker?.openMs ?? 1_000 },
     now: options.now ?? Date.now,

@@ -463,7 +463,8 @@ describe('idempotencyPlugin on real PostgreSQL and Redis', () => {
   });
 
   it('keeps its guarantees from PostgreSQL alone while Redis is down', async () => {
-    const { http, metrics } = await start({ redisUrl: privateRedis.url, redisTimeoutMs: 100 });
+    // The duplicate below must wait for the held request however slow the machine, not answer 409.
+    const { http, metrics } = await start({ redisUrl: privateRedis.url, redisTimeoutMs: 100, duplicateWaitMs: 60_000 });
     const key = randomUUID();
     const name = uniqueName('down');
     const first = await post(http, { name }, key);

@@ -16,16 +16,10 @@ import { readIdempotencyKey, type IdempotencyRecord, type StoredResponse } from 
  * short enough that the client hears "in flight" at once.
  */
 const LIVE_OWNER_PROBE_MS = 200;
-/**
- * How long a request waits in PostgreSQL for another holder of its key when Redis did not tell it
- * of one (Redis away, or not configured): a command that ends meanwhile is replayed at once, a
- * longer one answers 409. Waiting the whole `lockMs` would hold a pool connection per retry of a
- * slow request, and a client retrying a few of them would leave every route without connections.
- */
-export const DUPLICATE_WAIT_MS = 2_000;
+
 
 async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): Promise<void> {
-  const { ttlMs, lockMs, redisTimeoutMs, breaker, now } = resolveOptions(options);
+  const { ttlMs, lockMs, duplicateWaitMs, redisTimeoutMs, breaker, now } = resolveOptions(options);
   const { pool, namespace, logger } = options;
   const callerFor = options.callerOf;
   const wrap = options.transactionBody;
@@ -139,7 +133,10 @@ async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): 
       // as it would with Redis away.
     }
     const ownLock = seen?.kind === 'acquired';
-    const waitMs = Math.min(lockMs, seen?.kind === 'locked' ? LIVE_OWNER_PROBE_MS : DUPLICATE_WAIT_MS);
+    // Holding Redis's lock, this request is alone with its key but in rare cases (a retry that
+    // claimed it after its owner died), and waits as long as its command may: one lock timeout for
+    // both, so no second SET on the common path.
+    const waitMs = ownLock ? lockMs : Math.min(lockMs, seen?.kind === 'locked' ? LIVE_OWNER_PROBE_MS : duplicateWaitMs);
     // Released even when `begin` failed or timed out: Redis may still have run it and set our lock,
     // which would answer the client's retry 409 for lockMs. The release is owner-checked.
     const releaseLock = () => viaRedis('release', (t) => t.release(redisKey, fingerprint, owner));
