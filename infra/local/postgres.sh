@@ -260,9 +260,13 @@ cmd_ensure() {
       as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" reload >&2 || true
     else
       log "starting Debian cluster $ver/$name on port $PGPORT"
-      # Marked first, so that a start cut short still leaves a cluster `stop-started` stops.
+      # Marked first, so that a start cut short still leaves a cluster `stop-started` stops; a start
+      # that failed takes the mark back unless the cluster runs after all (someone else's start).
       mark_started "$STARTED_NAME" "kind=debian-cluster version=$ver cluster=$name port=$PGPORT"
-      as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" start >&2
+      if ! as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" start >&2; then
+        [[ "$(pg_lsclusters -h 2>/dev/null | awk -v v="$ver" -v n="$name" '$1 == v && $2 == n { print $4 }')" == online* ]] || unmark_started "$STARTED_NAME"
+        die "pg_ctlcluster start $ver/$name failed"
+      fi
     fi
   else
     log "no Debian cluster on port $PGPORT; starting a private instance instead"
