@@ -169,12 +169,18 @@ start_instance() {
     fi
   done
   log "starting private PostgreSQL on 127.0.0.1:$INST_PORT ($INST_DIR)"
-  # Flags passed via -o (not in postgresql.conf) so the same dir can be reused. No Unix socket
-  # (-k ''): everything connects over TCP, and a socket in the instance directory would fail the
-  # start under a long checkout path (a socket path holds at most 107 bytes); the -o string, which
-  # pg_ctl hands to /bin/sh, then names no path either.
+  # Flags passed via -o (not in postgresql.conf) so the same dir can be reused. The Unix socket
+  # goes in the instance directory (tests use it, as the compose image's init scripts do), unless
+  # its path would not fit a socket address (107 bytes: a long checkout path would fail the start)
+  # or cannot be single-quoted in the -o string, which pg_ctl hands to /bin/sh: then there is none,
+  # and everything connects over TCP, as the services and these scripts always do.
+  local socket_dir="'$INST_DIR'"
+  if ((${#INST_DIR} + ${#INST_PORT} + 10 > 107)) || [[ "$INST_DIR" == *"'"* ]]; then
+    socket_dir="''"
+    log "no Unix socket for this instance (its directory's path is too long, or holds a quote): TCP only"
+  fi
   if ! as_pg "$bindir/pg_ctl" -D "$INST_DIR/data" -l "$INST_DIR/postgres.log" -w -t "$PG_WAIT_SECONDS" \
-    -o "-p $INST_PORT -k '' -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=200" \
+    -o "-p $INST_PORT -k $socket_dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=200" \
     start >/dev/null; then
     tail -n 30 "$INST_DIR/postgres.log" >&2 || true
     die "pg_ctl start failed"
