@@ -17,7 +17,6 @@ import { readIdempotencyKey, type IdempotencyRecord, type StoredResponse } from 
  */
 const LIVE_OWNER_PROBE_MS = 200;
 
-
 async function plugin(app: FastifyInstance, options: IdempotencyPluginOptions): Promise<void> {
   const { ttlMs, lockMs, duplicateWaitMs, redisTimeoutMs, breaker, now } = resolveOptions(options);
   const { pool, namespace, logger } = options;
