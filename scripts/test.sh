@@ -17,9 +17,15 @@ else
 fi
 
 step "infrastructure: Kafka (KRaft, from Maven Central), PostgreSQL, Redis"
+given="${KAFKA_BROKERS:-}|${PG_URL:-}|${REDIS_URL:-}"
 bash infra/local/stack.sh up
 eval "$(bash infra/local/stack.sh env | sed 's/^/export /')"
 echo "KAFKA_BROKERS=$KAFKA_BROKERS PG_URL=$PG_URL REDIS_URL=$REDIS_URL"
+# Servers of one's own (CI service containers, say) are not what this runs against: say so, rather
+# than let the run look as if it used them.
+if [ "$given" != "||" ] && [ "$given" != "$KAFKA_BROKERS|$PG_URL|$REDIS_URL" ]; then
+  echo "note: the KAFKA_BROKERS, PG_URL and REDIS_URL set in your environment are replaced by the local stack's above; to test against servers of your own, run the vitest tiers with them set (README, Tests)"
+fi
 
 step "lint"
 npm run lint
